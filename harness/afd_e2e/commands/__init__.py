@@ -1,0 +1,2 @@
+"""One module per ``afd-e2e`` subcommand: ``add_arguments(parser)`` and
+``run(args) -> int``."""

@@ -1,0 +1,146 @@
+"""The AFD configuration, read only from ``additional_config["afd"]``.
+
+Owns the common fields, their aliases and the connector-name whitelist (AFD-I1).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from afd_plugin.connectors.registry import AFDConnectorFactory
+from afd_plugin.errors import AFDConfigError, FieldError, describe, from_pydantic
+
+CONFIG_PATH = "additional_config.afd"
+
+Role = Literal["attention", "ffn"]
+
+# The configuration-level whitelist of connector names. It is deliberately not
+# derived from the connector registry (AFD-I1): adding a connector means adding
+# it here, to the registry, and to the README table; a test checks all three.
+ConnectorName = Literal[
+    "P2pGlooAFDConnector",
+    "P2pNcclAFDConnector",
+    "CAMP2pAFDConnector",
+    "CAMAsyncAFDConnector",
+]
+ALLOWED_CONNECTORS: tuple[str, ...] = get_args(ConnectorName)
+
+# Compatibility aliases accepted for older launch commands.
+ALIASES: dict[str, str] = {
+    "afd_role": "role",
+    "afd_connector": "connector",
+    "afd_host": "host",
+    "afd_port": "port",
+}
+
+
+class AFDConfig(BaseModel):
+    """Common AFD settings shared by both roles of one deployment."""
+
+    model_config = ConfigDict(
+        extra="forbid", strict=True, frozen=True, use_attribute_docstrings=True
+    )
+
+    role: Role
+    """Which half of each decoder layer this server runs: `attention` or `ffn`."""
+
+    connector: ConnectorName
+    """Connector exchanging hidden states between the roles (see the table)."""
+
+    host: str = "127.0.0.1"
+    """Address of the rendezvous endpoint (the first FFN rank listens here)."""
+
+    port: int = Field(default=29650, ge=1, le=65535)
+    """TCP port of the rendezvous endpoint; both roles must use the same one."""
+
+    num_attention_ranks: int = Field(default=1, ge=1)
+    """Number of attention ranks in the deployment (attention DP x TP)."""
+
+    num_ffn_ranks: int = Field(default=1, ge=1)
+    """Number of FFN ranks in the deployment (FFN DP x TP)."""
+
+    compute_gate_on_attention: bool = False
+    """Run the MoE router (gate) on the attention side and send its logits."""
+
+    connector_extra_config: dict[str, Any] = Field(default_factory=dict)
+    """Connector-owned settings, checked by the connector's closed schema."""
+
+    allow_unsupported_vllm_version: bool = False
+    """Start even when the installed vLLM is not the release the plugin targets."""
+
+    @property
+    def is_attention(self) -> bool:
+        return self.role == "attention"
+
+    @property
+    def role_ranks(self) -> int:
+        """Rank count of this server's own role."""
+        return self.num_attention_ranks if self.is_attention else self.num_ffn_ranks
+
+    def to_additional_config(self) -> dict[str, Any]:
+        """The ``additional_config`` dict that parses back to this config."""
+        return {"afd": self.model_dump(mode="json")}
+
+
+FIELD_NAMES: tuple[str, ...] = tuple(AFDConfig.model_fields)
+
+
+def _apply_aliases(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
+    errors: list[FieldError] = []
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        canonical = ALIASES.get(key, key)
+        if key in ALIASES and canonical in raw:
+            errors.append(
+                FieldError(
+                    f"{CONFIG_PATH}.{key}",
+                    f"alias of '{canonical}', which is also set; keep only "
+                    f"'{canonical}'",
+                )
+            )
+            continue
+        out[canonical] = value
+    return out, errors
+
+
+def parse_afd_config(additional_config: Mapping[str, Any] | None) -> AFDConfig | None:
+    """Parse ``additional_config["afd"]``; ``None`` when AFD is not configured.
+
+    Raises ``AFDConfigError`` listing every problem, common fields and the
+    connector's own ``connector_extra_config`` schema alike.
+    """
+    if additional_config is None or "afd" not in additional_config:
+        return None
+    raw = additional_config["afd"]
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise AFDConfigError(
+                [FieldError(CONFIG_PATH, f"is not valid JSON: {exc}")]
+            ) from None
+    if not isinstance(raw, Mapping):
+        raise AFDConfigError(
+            [FieldError(CONFIG_PATH, f"must be a mapping, got {describe(raw)}")]
+        )
+    data, errors = _apply_aliases(raw)
+    config: AFDConfig | None = None
+    try:
+        config = AFDConfig.model_validate(data)
+    except ValidationError as exc:
+        errors += from_pydantic(exc, CONFIG_PATH, FIELD_NAMES + tuple(ALIASES))
+    connector = data.get("connector")
+    extra = data.get("connector_extra_config", {})
+    if connector in ALLOWED_CONNECTORS and isinstance(extra, Mapping):
+        try:
+            AFDConnectorFactory.parse_extra_config(connector, extra)
+        except AFDConfigError as exc:
+            errors += exc.errors
+    if errors:
+        raise AFDConfigError(errors)
+    assert config is not None
+    return config

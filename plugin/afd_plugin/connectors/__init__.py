@@ -1,0 +1,1 @@
+"""Connectors: the registry (pure) and one package per backend."""

@@ -1,0 +1,1 @@
+"""CPU connectors (gloo). Implementations are imported lazily by the factory."""

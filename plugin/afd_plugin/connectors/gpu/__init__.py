@@ -1,0 +1,1 @@
+"""CUDA-only connectors (NCCL). Implementations are imported lazily by the factory."""

@@ -1,0 +1,20 @@
+"""Closed ``connector_extra_config`` schema of the CUDA (NCCL) connector.
+
+Torch-free: the config layer and the harness validate with it.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from afd_plugin.connectors.extra_config import ExtraConfigSchema
+
+
+class P2pNcclExtraConfig(ExtraConfigSchema):
+    """Settings of ``P2pNcclAFDConnector``."""
+
+    rendezvous_timeout_s: float = Field(default=600.0, gt=0)
+    """How long a role waits for its peers at rendezvous before failing."""
+
+    peer_timeout_s: float = Field(default=300.0, gt=0)
+    """NCCL operation timeout for the AFD groups, in seconds."""

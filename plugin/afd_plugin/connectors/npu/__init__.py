@@ -1,0 +1,1 @@
+"""Ascend NPU connectors (CAM ops). Imported lazily; native ops load at init."""

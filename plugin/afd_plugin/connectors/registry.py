@@ -1,0 +1,177 @@
+"""Connector registry: name -> lazy loader string, platform, closed schema.
+
+Pure: nothing here imports a connector implementation, torch or a device library.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from afd_plugin.errors import AFDConfigError, FieldError, from_pydantic
+
+Platform = Literal["cpu", "cuda", "npu"]
+EXTRA_PATH = "additional_config.afd.connector_extra_config"
+
+# Which backend package holds the connectors of each platform (AFD-I1).
+BACKEND_PACKAGE: dict[str, str] = {
+    "cpu": "afd_plugin.connectors.cpu",
+    "cuda": "afd_plugin.connectors.gpu",
+    "npu": "afd_plugin.connectors.npu",
+}
+
+
+@dataclass(frozen=True)
+class ConnectorSpec:
+    """What the pure core knows about a connector without importing it."""
+
+    name: str
+    platform: Platform
+    loader: str
+    """``module:Class`` of the implementation, inside the backend package."""
+    schema: str
+    """``module:Class`` of the closed extra-config schema (a torch-free module)."""
+    has_control_plane: bool
+    """Static capability; the runtime still branches on ``control_plane is None``."""
+    synchronous: bool
+    stages: str
+    notes: str = ""
+
+    def _resolve(self, target: str) -> Any:
+        module_name, _, attr = target.partition(":")
+        return getattr(importlib.import_module(module_name), attr)
+
+    @property
+    def implemented(self) -> bool:
+        """Whether this build ships the implementation module."""
+        module_name = self.loader.partition(":")[0]
+        return importlib.util.find_spec(module_name) is not None
+
+    def schema_class(self) -> type:
+        return self._resolve(self.schema)
+
+    def load_class(self) -> type:
+        if not self.implemented:
+            raise NotImplementedError(
+                f"connector {self.name} ({self.platform}) is registered but its "
+                f"implementation {self.loader} is not part of this build"
+            )
+        return self._resolve(self.loader)
+
+
+class AFDConnectorFactory:
+    """Connector lookup by name. Holds only specs with lazy loader strings."""
+
+    _specs: dict[str, ConnectorSpec] = {}
+
+    @classmethod
+    def _register(cls, spec: ConnectorSpec) -> None:
+        """Draft registration hook; not a public extension contract."""
+        package = BACKEND_PACKAGE[spec.platform]
+        for target in (spec.loader, spec.schema):
+            if not target.startswith(package + "."):
+                raise ValueError(
+                    f"{spec.name}: {target} must live in {package} ({spec.platform})"
+                )
+        if spec.name in cls._specs:
+            raise ValueError(f"connector {spec.name} is already registered")
+        cls._specs[spec.name] = spec
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(cls._specs)
+
+    @classmethod
+    def specs(cls) -> tuple[ConnectorSpec, ...]:
+        return tuple(cls._specs.values())
+
+    @classmethod
+    def get_spec(cls, name: str) -> ConnectorSpec:
+        try:
+            return cls._specs[name]
+        except KeyError:
+            allowed = ", ".join(cls._specs)
+            raise AFDConfigError(
+                [
+                    FieldError(
+                        "additional_config.afd.connector",
+                        f"unknown connector {name!r}; allowed: {allowed}",
+                    )
+                ]
+            ) from None
+
+    @classmethod
+    def parse_extra_config(cls, name: str, raw: Mapping[str, Any] | None) -> Any:
+        """Validate ``connector_extra_config`` against the connector's closed
+        schema without building the connector."""
+        schema = cls.get_spec(name).schema_class()
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, Mapping):
+            raise AFDConfigError(
+                [FieldError(EXTRA_PATH, f"must be a mapping, got {type(raw).__name__}")]
+            )
+        try:
+            return schema.model_validate(dict(raw))
+        except ValidationError as exc:
+            fields = tuple(schema.model_fields)
+            raise AFDConfigError(from_pydantic(exc, EXTRA_PATH, fields)) from None
+
+    @classmethod
+    def load_class(cls, name: str) -> type:
+        return cls.get_spec(name).load_class()
+
+
+for _spec in (
+    ConnectorSpec(
+        name="P2pGlooAFDConnector",
+        platform="cpu",
+        loader="afd_plugin.connectors.cpu.p2p_gloo:P2pGlooAFDConnector",
+        schema="afd_plugin.connectors.cpu.schema:P2pGlooExtraConfig",
+        has_control_plane=True,
+        synchronous=True,
+        stages="decode, prefill",
+        notes="Gloo point-to-point over TCP; runs on any CPU. FFN ranks first; "
+        "attention ranks >= FFN ranks.",
+    ),
+    ConnectorSpec(
+        name="P2pNcclAFDConnector",
+        platform="cuda",
+        loader="afd_plugin.connectors.gpu.p2p_nccl:P2pNcclAFDConnector",
+        schema="afd_plugin.connectors.gpu.schema:P2pNcclExtraConfig",
+        has_control_plane=True,
+        synchronous=True,
+        stages="decode",
+        notes="NCCL point-to-point. FFN ranks first; attention ranks >= FFN "
+        "ranks, spread in blocks differing by at most one.",
+    ),
+    ConnectorSpec(
+        name="CAMP2pAFDConnector",
+        platform="npu",
+        loader="afd_plugin.connectors.npu.cam_p2p:CAMP2pAFDConnector",
+        schema="afd_plugin.connectors.npu.schema:CAMP2pExtraConfig",
+        has_control_plane=True,
+        synchronous=True,
+        stages="decode",
+        notes="HCCL/CAM P2P custom ops from csrc/npu, loaded at connector init; "
+        "gloo control plane.",
+    ),
+    ConnectorSpec(
+        name="CAMAsyncAFDConnector",
+        platform="npu",
+        loader="afd_plugin.connectors.npu.cam_async:CAMAsyncAFDConnector",
+        schema="afd_plugin.connectors.npu.schema:CAMAsyncExtraConfig",
+        has_control_plane=False,
+        synchronous=False,
+        stages="prefill, decode",
+        notes="No control plane: routing and token metadata travel with the "
+        "dispatch payload; eager only.",
+    ),
+):
+    AFDConnectorFactory._register(_spec)
+del _spec

@@ -1,0 +1,60 @@
+"""Every environment variable the plugin reads, with its type and meaning.
+
+Configuration belongs in ``additional_config["afd"]``; these are process knobs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+def _flag(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"expected 0/1/true/false, got {text!r}")
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    name: str
+    parse: Callable[[str], Any]
+    default: Any
+    doc: str
+
+    def get(self) -> Any:
+        raw = os.environ.get(self.name)
+        if raw is None:
+            return self.default
+        try:
+            return self.parse(raw)
+        except ValueError as exc:
+            raise ValueError(f"environment variable {self.name}: {exc}") from None
+
+
+ENV_VARS: dict[str, EnvVar] = {
+    v.name: v
+    for v in (
+        EnvVar(
+            "AFD_PLUGIN_DISABLE",
+            _flag,
+            False,
+            "Make register() a no-op in this process (escape hatch for debugging).",
+        ),
+        EnvVar(
+            "AFD_BUILD_ASCEND_OPS",
+            str,
+            "auto",
+            "Build the Ascend ops in csrc/npu at install: 1, 0 or auto-detect.",
+        ),
+    )
+}
+
+
+def get(name: str) -> Any:
+    return ENV_VARS[name].get()

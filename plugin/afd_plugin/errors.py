@@ -1,0 +1,94 @@
+"""Error types of the pure core and the field-path formatting they share.
+
+Every user-facing error lists all problems at once, each naming its field path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One problem with one field: ``path`` is dotted, ``message`` says why."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+class AFDConfigError(ValueError):
+    """Invalid AFD configuration or deployment; carries every problem found."""
+
+    def __init__(self, errors: Sequence[FieldError] | str):
+        if isinstance(errors, str):
+            errors = [FieldError("additional_config.afd", errors)]
+        self.errors: tuple[FieldError, ...] = tuple(errors)
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        if len(self.errors) == 1:
+            return f"invalid AFD configuration: {self.errors[0]}"
+        lines = [f"invalid AFD configuration ({len(self.errors)} problems):"]
+        lines += [f"  - {err}" for err in self.errors]
+        return "\n".join(lines)
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return tuple(err.path for err in self.errors)
+
+
+def describe(value: Any) -> str:
+    """A short ``repr`` of a user value with its type, for error messages."""
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} ({type(value).__name__})"
+
+
+def join_path(prefix: str, loc: Iterable[Any]) -> str:
+    parts = [prefix] if prefix else []
+    for item in loc:
+        parts.append(f"[{item}]" if isinstance(item, int) else str(item))
+    return ".".join(parts).replace(".[", "[")
+
+
+def from_pydantic(
+    exc: ValidationError, prefix: str, allowed_fields: Sequence[str] = ()
+) -> list[FieldError]:
+    """Turn pydantic's errors into field errors with our paths and wording."""
+    out: list[FieldError] = []
+    for err in exc.errors(include_url=False):
+        path = join_path(prefix, err["loc"])
+        kind = err["type"]
+        value = err.get("input")
+        if kind == "extra_forbidden":
+            allowed = ", ".join(sorted(allowed_fields)) or "(none)"
+            message = f"unknown field; allowed fields: {allowed}"
+        elif kind == "missing":
+            message = "is required"
+        elif kind == "literal_error":
+            expected = err.get("ctx", {}).get("expected", "")
+            message = f"must be one of {expected}, got {describe(value)}"
+        elif kind in ("int_type", "int_parsing", "int_from_float"):
+            message = f"must be an integer (not a float or bool), got {describe(value)}"
+        elif kind in ("bool_type", "bool_parsing"):
+            message = f"must be true or false, got {describe(value)}"
+        elif kind in ("float_type", "float_parsing"):
+            message = f"must be a number, got {describe(value)}"
+        elif kind in ("string_type",):
+            message = f"must be a string, got {describe(value)}"
+        elif kind in ("dict_type", "model_type"):
+            message = f"must be a mapping, got {describe(value)}"
+        elif kind.startswith(("greater_than", "less_than")):
+            message = f"{err['msg'].replace('Input should', 'must')}, got {value!r}"
+        else:
+            message = f"{err['msg']}, got {describe(value)}"
+        out.append(FieldError(path, message))
+    return out

@@ -1,0 +1,103 @@
+"""Role ranks, the attention->FFN mapping and the process-group layout.
+
+Pure functions: FFN ranks come first in the AFD world, attention ranks follow;
+attention ranks are spread over FFN ranks in contiguous, balanced blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def _check_counts(num_attention: int, num_ffn: int) -> None:
+    if num_ffn < 1 or num_attention < num_ffn:
+        raise ValueError(
+            f"need num_attention_ranks >= num_ffn_ranks >= 1, got "
+            f"{num_attention} attention and {num_ffn} FFN ranks"
+        )
+
+
+def role_rank(dp_rank: int, tp_rank: int, tp_size: int) -> int:
+    """This worker's rank inside its role, from vLLM's DP and TP placement."""
+    if not 0 <= tp_rank < tp_size or dp_rank < 0:
+        raise ValueError(f"bad placement dp_rank={dp_rank} tp_rank={tp_rank}/{tp_size}")
+    return dp_rank * tp_size + tp_rank
+
+
+def attention_block(ffn_rank: int, num_attention: int, num_ffn: int) -> range:
+    """Attention ranks served by one FFN rank; earlier blocks take the remainder."""
+    _check_counts(num_attention, num_ffn)
+    if not 0 <= ffn_rank < num_ffn:
+        raise ValueError(f"ffn_rank {ffn_rank} outside [0, {num_ffn})")
+    base, extra = divmod(num_attention, num_ffn)
+    start = ffn_rank * base + min(ffn_rank, extra)
+    return range(start, start + base + (1 if ffn_rank < extra else 0))
+
+
+def ffn_rank_for_attention(
+    attention_rank: int, num_attention: int, num_ffn: int
+) -> int:
+    """The FFN rank that serves one attention rank."""
+    _check_counts(num_attention, num_ffn)
+    if not 0 <= attention_rank < num_attention:
+        raise ValueError(
+            f"attention_rank {attention_rank} outside [0, {num_attention})"
+        )
+    base, extra = divmod(num_attention, num_ffn)
+    cut = extra * (base + 1)
+    if attention_rank < cut:
+        return attention_rank // (base + 1)
+    return extra + (attention_rank - cut) // base
+
+
+@dataclass(frozen=True)
+class WorldLayout:
+    """Global ranks of one AFD world: ``[ffn 0..F-1, attention 0..A-1]``."""
+
+    num_attention: int
+    num_ffn: int
+
+    def __post_init__(self) -> None:
+        _check_counts(self.num_attention, self.num_ffn)
+
+    @property
+    def world_size(self) -> int:
+        return self.num_attention + self.num_ffn
+
+    def global_rank(self, role: str, rank: int) -> int:
+        if role == "ffn":
+            if not 0 <= rank < self.num_ffn:
+                raise ValueError(f"ffn rank {rank} outside [0, {self.num_ffn})")
+            return rank
+        if role == "attention":
+            if not 0 <= rank < self.num_attention:
+                raise ValueError(
+                    f"attention rank {rank} outside [0, {self.num_attention})"
+                )
+            return self.num_ffn + rank
+        raise ValueError(f"role must be 'attention' or 'ffn', got {role!r}")
+
+    def role_of(self, global_rank: int) -> tuple[str, int]:
+        if not 0 <= global_rank < self.world_size:
+            raise ValueError(
+                f"global rank {global_rank} outside [0, {self.world_size})"
+            )
+        if global_rank < self.num_ffn:
+            return ("ffn", global_rank)
+        return ("attention", global_rank - self.num_ffn)
+
+    def peer_of(self, role: str, rank: int) -> int:
+        """Global rank of the FFN peer of an attention rank (as seen by it)."""
+        if role != "attention":
+            raise ValueError("peer_of is defined for attention ranks")
+        return self.global_rank(
+            "ffn", ffn_rank_for_attention(rank, self.num_attention, self.num_ffn)
+        )
+
+    def metadata_group(self, ffn_rank: int) -> tuple[int, ...]:
+        """Global ranks of one control-plane group: the FFN rank, then its block."""
+        block = attention_block(ffn_rank, self.num_attention, self.num_ffn)
+        return (ffn_rank, *(self.num_ffn + a for a in block))
+
+    def metadata_groups(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(self.metadata_group(f) for f in range(self.num_ffn))

@@ -1,0 +1,243 @@
+"""The one deployment validator shared by both roles and the harness.
+
+``validate_deployment`` enforces AFD-I7 (gate placement by connector x runner x
+model), AFD-I8 (model runner V2 pairing), graph modes per platform, DBO and the
+rank rules. Pure: no torch, no vLLM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Literal
+
+from afd_plugin.config import AFDConfig
+from afd_plugin.connectors.registry import AFDConnectorFactory, Platform
+from afd_plugin.errors import AFDConfigError, FieldError
+from afd_plugin.graph_policy import GRAPH_MODES, validate_cuda_graph_mode
+from afd_plugin.model_support import SUPPORTED_ARCHITECTURES, family_of
+
+ModelRunner = Literal["v1", "v2"]
+
+AFD = "additional_config.afd"
+DEP = "deployment"
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """How one role server is launched, as far as AFD rules care.
+
+    The runtime fills it from vLLM's config; the harness from a scenario.
+    """
+
+    platform: Platform
+    architecture: str
+    model_runner: ModelRunner = "v1"
+    graph_mode: str = "eager"
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    pcp: int = 1
+    dcp: int = 1
+    enable_expert_parallel: bool = False
+    enable_eplb: bool = False
+    enable_dbo: bool = False
+    num_ubatches: int = 2
+    """Micro-batches per DBO step (vLLM's ``--ubatch-size``); only used with DBO."""
+
+    @property
+    def role_size(self) -> int:
+        return self.dp * self.tp * self.pp
+
+
+def _e(errors: list[FieldError], path: str, message: str) -> None:
+    errors.append(FieldError(path, message))
+
+
+def _check_deployment_shape(dep: Deployment, errors: list[FieldError]) -> None:
+    for f in ("dp", "tp", "pp", "pcp", "dcp", "num_ubatches"):
+        value = getattr(dep, f)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            _e(errors, f"{DEP}.{f}", f"must be an integer >= 1, got {value!r}")
+    if dep.platform not in ("cpu", "cuda", "npu"):
+        _e(
+            errors,
+            f"{DEP}.platform",
+            f"must be one of cpu, cuda, npu; got {dep.platform!r}",
+        )
+    if dep.model_runner not in ("v1", "v2"):
+        _e(errors, f"{DEP}.model_runner", f"must be v1 or v2, got {dep.model_runner!r}")
+    if dep.graph_mode not in GRAPH_MODES:
+        _e(
+            errors,
+            f"{DEP}.graph_mode",
+            f"must be one of {', '.join(GRAPH_MODES)}; got {dep.graph_mode!r}",
+        )
+
+
+def _check_connector(cfg: AFDConfig, dep: Deployment, errors: list[FieldError]) -> bool:
+    spec = AFDConnectorFactory.get_spec(cfg.connector)
+    if spec.platform != dep.platform:
+        others = [
+            s.name for s in AFDConnectorFactory.specs() if s.platform == dep.platform
+        ]
+        _e(
+            errors,
+            f"{AFD}.connector",
+            f"{cfg.connector} runs on {spec.platform}, not {dep.platform}; "
+            f"use one of: {', '.join(others)}",
+        )
+    try:
+        extra = AFDConnectorFactory.parse_extra_config(
+            cfg.connector, cfg.connector_extra_config
+        )
+    except AFDConfigError as exc:
+        errors.extend(exc.errors)
+        extra = None
+    gate = cfg.compute_gate_on_attention
+    gate_path = f"{AFD}.compute_gate_on_attention"
+    if cfg.connector == "CAMP2pAFDConnector":
+        if gate:
+            _e(errors, gate_path, "must be false for CAMP2pAFDConnector")
+        if extra is not None and extra.compute_gate_on_attention:
+            _e(
+                errors,
+                f"{AFD}.connector_extra_config.compute_gate_on_attention",
+                "must be false for CAMP2pAFDConnector (CAM P2P operator contract)",
+            )
+    if cfg.connector == "CAMAsyncAFDConnector" and not gate:
+        why = (
+            " (async_moe_ubatching is on)"
+            if extra is not None and extra.async_moe_ubatching
+            else ""
+        )
+        _e(errors, gate_path, f"must be true for CAMAsyncAFDConnector{why}")
+    return spec.has_control_plane
+
+
+def _check_model(cfg: AFDConfig, dep: Deployment, errors: list[FieldError]) -> None:
+    family = family_of(dep.architecture)
+    if family is None:
+        _e(
+            errors,
+            f"{DEP}.architecture",
+            f"{dep.architecture!r} has no AFD model wrapper; supported: "
+            f"{', '.join(SUPPORTED_ARCHITECTURES)}",
+        )
+        return
+    if dep.platform not in family.platforms:
+        _e(
+            errors,
+            f"{DEP}.platform",
+            f"{family.family} is supported on {', '.join(family.platforms)}, "
+            f"not {dep.platform}",
+        )
+    if cfg.compute_gate_on_attention and not family.gate_on_attention:
+        _e(
+            errors,
+            f"{AFD}.compute_gate_on_attention",
+            f"must be false for {family.family} ({dep.architecture})",
+        )
+
+
+def _check_ranks(cfg: AFDConfig, dep: Deployment, errors: list[FieldError]) -> None:
+    field = "num_attention_ranks" if cfg.is_attention else "num_ffn_ranks"
+    if cfg.role_ranks != dep.role_size:
+        _e(
+            errors,
+            f"{AFD}.{field}",
+            f"must equal this {cfg.role} role's DP x TP x PP = "
+            f"{dep.dp} x {dep.tp} x {dep.pp} = {dep.role_size}, got {cfg.role_ranks}",
+        )
+    if cfg.num_attention_ranks < cfg.num_ffn_ranks:
+        _e(
+            errors,
+            f"{AFD}.num_attention_ranks",
+            f"must be >= num_ffn_ranks ({cfg.num_ffn_ranks}), "
+            f"got {cfg.num_attention_ranks}",
+        )
+
+
+def _check_v2(cfg: AFDConfig, dep: Deployment, errors: list[FieldError]) -> None:
+    """AFD-I8: the same constraints for both roles of a V2 pairing."""
+    if dep.platform == "cpu":
+        _e(errors, f"{DEP}.model_runner", "v2 needs Triton and is not available on cpu")
+    if cfg.compute_gate_on_attention:
+        _e(
+            errors,
+            f"{AFD}.compute_gate_on_attention",
+            "must be false with model runner v2",
+        )
+    for f in ("pp", "pcp", "dcp"):
+        if getattr(dep, f) != 1:
+            _e(
+                errors,
+                f"{DEP}.{f}",
+                f"must be 1 with model runner v2, got {getattr(dep, f)}",
+            )
+    if dep.enable_eplb:
+        _e(errors, f"{DEP}.enable_eplb", "model runner v2 needs static EP (no EPLB)")
+    if dep.enable_dbo:
+        if dep.platform == "npu":
+            _e(
+                errors,
+                f"{DEP}.enable_dbo",
+                "DBO is not supported on NPU model runner v2",
+            )
+        elif cfg.is_attention and dep.dp < 2:
+            _e(
+                errors,
+                f"{DEP}.dp",
+                f"DBO on model runner v2 needs attention DP > 1, got {dep.dp}",
+            )
+
+
+def _check_dbo(
+    has_cp: bool, cfg: AFDConfig, dep: Deployment, errors: list[FieldError]
+) -> None:
+    if not dep.enable_dbo:
+        return
+    if dep.num_ubatches != 2:
+        _e(
+            errors,
+            f"{DEP}.num_ubatches",
+            f"DBO runs exactly 2 micro-batches, got {dep.num_ubatches}",
+        )
+    if dep.platform == "cpu":
+        _e(errors, f"{DEP}.enable_dbo", "DBO is not supported on cpu")
+    if not has_cp:
+        _e(
+            errors,
+            f"{DEP}.enable_dbo",
+            f"native DBO is not supported by {cfg.connector} (no control plane); "
+            "use its async_moe_ubatching instead",
+        )
+
+
+def check_deployment(cfg: AFDConfig, dep: Deployment) -> list[FieldError]:
+    """Every problem of this (config, deployment) pair; empty when valid."""
+    errors: list[FieldError] = []
+    _check_deployment_shape(dep, errors)
+    if errors:
+        return errors
+    has_cp = _check_connector(cfg, dep, errors)
+    _check_model(cfg, dep, errors)
+    _check_ranks(cfg, dep, errors)
+    if dep.model_runner == "v2":
+        _check_v2(cfg, dep, errors)
+    _check_dbo(has_cp, cfg, dep, errors)
+    message = validate_cuda_graph_mode(
+        dep.graph_mode, dep.platform, dep.model_runner, has_cp
+    )
+    if message:
+        _e(errors, f"{DEP}.graph_mode", message)
+    return errors
+
+
+def validate_deployment(cfg: AFDConfig, dep: Deployment) -> None:
+    """Raise ``AFDConfigError`` listing every problem; return when valid."""
+    errors = check_deployment(cfg, dep)
+    if errors:
+        raise AFDConfigError(errors)
+
+
+DEPLOYMENT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Deployment))
