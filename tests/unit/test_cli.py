@@ -1,0 +1,31 @@
+"""afd-e2e entry point: help lists every subcommand; gaps say so and exit 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from afd_e2e.cli import COMMANDS, NOT_AVAILABLE_EXIT, _available, main
+
+
+def test_help_lists_every_subcommand() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "afd_e2e.cli", "--help"], capture_output=True, text=True
+    )
+    assert result.returncode == 0
+    for name in COMMANDS:
+        assert name in result.stdout
+
+
+def test_unavailable_subcommand_says_so(capsys) -> None:
+    missing = [name for name in COMMANDS if not _available(name)]
+    for name in missing:
+        assert main([name]) == NOT_AVAILABLE_EXIT
+        assert "not yet available" in capsys.readouterr().err
+
+
+def test_console_script_is_installed() -> None:
+    from importlib.metadata import entry_points
+
+    scripts = [e for e in entry_points(group="console_scripts") if e.name == "afd-e2e"]
+    assert scripts and scripts[0].value == "afd_e2e.cli:main"

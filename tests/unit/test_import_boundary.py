@@ -1,0 +1,78 @@
+"""The pure core and the harness import with torch, vLLM and torch_npu poisoned.
+
+Each check runs in a fresh interpreter so nothing else already imported them.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+PURE_MODULES = [
+    "afd_plugin",
+    "afd_plugin.config",
+    "afd_plugin.errors",
+    "afd_plugin.validation",
+    "afd_plugin.topology",
+    "afd_plugin.wire",
+    "afd_plugin.graph_policy",
+    "afd_plugin.envs",
+    "afd_plugin.version",
+    "afd_plugin.model_support",
+    "afd_plugin.worker_selection",
+    "afd_plugin.patches",
+    "afd_plugin.connectors.base",
+    "afd_plugin.connectors.registry",
+    "afd_plugin.connectors.cpu.schema",
+    "afd_plugin.connectors.gpu.schema",
+    "afd_plugin.connectors.npu.schema",
+]
+HARNESS_MODULES = ["afd_e2e", "afd_e2e.cli", "afd_e2e.doc_tables", "afd_e2e.policy"]
+
+POISON = """
+import sys
+for name in ("torch", "vllm", "torch_npu", "vllm_ascend"):
+    sys.modules[name] = None
+import importlib
+for module in sys.argv[1:]:
+    importlib.import_module(module)
+from afd_plugin.connectors.registry import AFDConnectorFactory
+for name in AFDConnectorFactory.names():
+    AFDConnectorFactory.parse_extra_config(name, {})
+import afd_plugin
+afd_plugin.register()
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "vllm"))
+assert all(sys.modules[m] is None for m in loaded), loaded
+print("clean")
+"""
+
+
+@pytest.mark.parametrize(
+    "modules", [PURE_MODULES, HARNESS_MODULES], ids=["core", "harness"]
+)
+def test_imports_without_torch_or_vllm(modules: list[str]) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", POISON, *modules],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "clean"
+
+
+def test_harness_cli_help_without_torch_or_vllm() -> None:
+    code = (
+        "import sys\n"
+        "for n in ('torch', 'vllm', 'torch_npu'): sys.modules[n] = None\n"
+        "from afd_e2e.cli import main\n"
+        "sys.argv = ['afd-e2e', '--help']\n"
+        "main()\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert "lint" in result.stdout and "run" in result.stdout

@@ -1,0 +1,325 @@
+"""validate_deployment: every cell of AFD-I7 and every constraint of AFD-I8.
+
+Rejected cases assert the message names the field that must change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from afd_plugin.config import parse_afd_config
+from afd_plugin.errors import AFDConfigError
+from afd_plugin.validation import Deployment, check_deployment, validate_deployment
+
+GATE = "additional_config.afd.compute_gate_on_attention"
+EXTRA_GATE = "additional_config.afd.connector_extra_config.compute_gate_on_attention"
+
+PLATFORM = {
+    "P2pGlooAFDConnector": "cpu",
+    "P2pNcclAFDConnector": "cuda",
+    "CAMP2pAFDConnector": "npu",
+    "CAMAsyncAFDConnector": "npu",
+}
+DEEPSEEK = "DeepseekV2ForCausalLM"
+QWEN3 = "Qwen3MoeForCausalLM"
+QWEN35 = "Qwen3_5MoeForConditionalGeneration"
+
+
+def cfg(connector: str, gate: bool, role: str = "attention", **extra: Any):
+    return parse_afd_config(
+        {
+            "afd": {
+                "role": role,
+                "connector": connector,
+                "compute_gate_on_attention": gate,
+                "connector_extra_config": extra,
+            }
+        }
+    )
+
+
+def dep(connector: str, **kw: Any) -> Deployment:
+    return Deployment(
+        platform=kw.pop("platform", PLATFORM[connector]),
+        architecture=kw.pop("architecture", DEEPSEEK),
+        **kw,
+    )
+
+
+def paths(config, deployment) -> set[str]:
+    return {e.path for e in check_deployment(config, deployment)}
+
+
+# AFD-I7: connector x runner x model x gate. None = valid, else the field named.
+I7_MATRIX = [
+    # connector, runner, architecture, gate, extra, expected error path
+    ("P2pNcclAFDConnector", "v1", DEEPSEEK, True, {}, None),
+    ("P2pNcclAFDConnector", "v1", DEEPSEEK, False, {}, None),
+    ("P2pNcclAFDConnector", "v2", DEEPSEEK, False, {}, None),
+    ("P2pNcclAFDConnector", "v2", DEEPSEEK, True, {}, GATE),
+    ("P2pNcclAFDConnector", "v1", QWEN3, False, {}, None),
+    ("P2pNcclAFDConnector", "v1", QWEN3, True, {}, GATE),
+    ("P2pNcclAFDConnector", "v1", QWEN35, False, {}, None),
+    ("P2pNcclAFDConnector", "v1", QWEN35, True, {}, GATE),
+    ("P2pNcclAFDConnector", "v2", QWEN3, True, {}, GATE),
+    ("P2pGlooAFDConnector", "v1", DEEPSEEK, True, {}, None),
+    ("P2pGlooAFDConnector", "v1", DEEPSEEK, False, {}, None),
+    ("P2pGlooAFDConnector", "v1", QWEN3, False, {}, None),
+    ("P2pGlooAFDConnector", "v1", QWEN3, True, {}, GATE),
+    ("CAMP2pAFDConnector", "v1", DEEPSEEK, False, {}, None),
+    ("CAMP2pAFDConnector", "v1", DEEPSEEK, True, {}, GATE),
+    (
+        "CAMP2pAFDConnector",
+        "v1",
+        DEEPSEEK,
+        False,
+        {"compute_gate_on_attention": True},
+        EXTRA_GATE,
+    ),
+    ("CAMP2pAFDConnector", "v2", DEEPSEEK, False, {}, None),
+    ("CAMP2pAFDConnector", "v2", DEEPSEEK, True, {}, GATE),
+    ("CAMAsyncAFDConnector", "v1", DEEPSEEK, True, {}, None),
+    ("CAMAsyncAFDConnector", "v1", DEEPSEEK, False, {}, GATE),
+    ("CAMAsyncAFDConnector", "v1", DEEPSEEK, True, {"async_moe_ubatching": True}, None),
+    (
+        "CAMAsyncAFDConnector",
+        "v1",
+        DEEPSEEK,
+        False,
+        {"async_moe_ubatching": True},
+        GATE,
+    ),
+    ("CAMAsyncAFDConnector", "v2", DEEPSEEK, True, {}, GATE),
+]
+
+
+@pytest.mark.parametrize(
+    ("connector", "runner", "arch", "gate", "extra", "expected"),
+    I7_MATRIX,
+    ids=[f"{c}-{r}-{a}-gate={g}-{e}" for c, r, a, g, e, _ in I7_MATRIX],
+)
+def test_gate_matrix(connector, runner, arch, gate, extra, expected) -> None:
+    config = cfg(connector, gate, **extra)
+    deployment = dep(connector, model_runner=runner, architecture=arch)
+    found = {e.path for e in check_deployment(config, deployment)}
+    if expected is None:
+        assert found == set()
+        validate_deployment(config, deployment)
+    else:
+        assert expected in found
+        with pytest.raises(AFDConfigError) as info:
+            validate_deployment(config, deployment)
+        assert expected in str(info.value)
+
+
+def test_cam_async_message_mentions_async_moe_ubatching() -> None:
+    errors = check_deployment(
+        cfg("CAMAsyncAFDConnector", False, async_moe_ubatching=True),
+        dep("CAMAsyncAFDConnector"),
+    )
+    assert any("async_moe_ubatching" in e.message for e in errors)
+
+
+@pytest.mark.parametrize("role", ["attention", "ffn"])
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"pp": 2}, "deployment.pp"),
+        ({"pcp": 2}, "deployment.pcp"),
+        ({"dcp": 2}, "deployment.dcp"),
+        ({"enable_eplb": True}, "deployment.enable_eplb"),
+    ],
+)
+def test_v2_constraints_hold_for_both_roles(role, change, expected) -> None:
+    config = cfg("P2pNcclAFDConnector", False, role=role)
+    base = dep("P2pNcclAFDConnector", model_runner="v2")
+    assert paths(config, base) == set()
+    assert expected in paths(config, replace(base, **change))
+
+
+@pytest.mark.parametrize("role", ["attention", "ffn"])
+def test_v2_gate_refused_for_both_roles(role) -> None:
+    config = cfg("P2pNcclAFDConnector", True, role=role)
+    assert GATE in paths(config, dep("P2pNcclAFDConnector", model_runner="v2"))
+
+
+@pytest.mark.parametrize("role", ["attention", "ffn"])
+def test_role_rank_count_must_equal_dp_times_tp(role) -> None:
+    field = "num_attention_ranks" if role == "attention" else "num_ffn_ranks"
+    config = parse_afd_config(
+        {
+            "afd": {
+                "role": role,
+                "connector": "P2pNcclAFDConnector",
+                "num_attention_ranks": 2,
+                "num_ffn_ranks": 2,
+            }
+        }
+    )
+    good = dep("P2pNcclAFDConnector", model_runner="v2", dp=2)
+    assert paths(config, good) == set()
+    assert paths(config, replace(good, tp=2)) == {f"additional_config.afd.{field}"}
+    msg = " ".join(e.message for e in check_deployment(config, replace(good, dp=1)))
+    assert "DP x TP x PP = 1 x 1 x 1 = 1, got 2" in msg
+
+
+def test_attention_ranks_at_least_ffn_ranks() -> None:
+    config = parse_afd_config(
+        {
+            "afd": {
+                "role": "ffn",
+                "connector": "P2pNcclAFDConnector",
+                "num_attention_ranks": 1,
+                "num_ffn_ranks": 2,
+            }
+        }
+    )
+    assert "additional_config.afd.num_attention_ranks" in paths(
+        config, dep("P2pNcclAFDConnector", dp=2)
+    )
+
+
+@pytest.mark.parametrize(
+    ("platform", "connector", "runner", "mode", "ok"),
+    [
+        ("cuda", "P2pNcclAFDConnector", "v1", "eager", True),
+        ("cuda", "P2pNcclAFDConnector", "v1", "FULL_DECODE_ONLY", True),
+        ("cuda", "P2pNcclAFDConnector", "v1", "FULL", False),
+        ("cuda", "P2pNcclAFDConnector", "v1", "PIECEWISE", False),
+        ("cuda", "P2pNcclAFDConnector", "v2", "FULL_DECODE_ONLY", True),
+        ("cuda", "P2pNcclAFDConnector", "v2", "FULL", False),
+        ("cuda", "P2pNcclAFDConnector", "v2", "FULL_AND_PIECEWISE", False),
+        ("npu", "CAMP2pAFDConnector", "v1", "FULL_DECODE_ONLY", True),
+        ("npu", "CAMP2pAFDConnector", "v1", "FULL", False),
+        ("npu", "CAMP2pAFDConnector", "v2", "FULL", True),
+        ("npu", "CAMP2pAFDConnector", "v2", "FULL_DECODE_ONLY", True),
+        ("npu", "CAMAsyncAFDConnector", "v1", "FULL_DECODE_ONLY", False),
+        ("npu", "CAMAsyncAFDConnector", "v1", "eager", True),
+        ("cpu", "P2pGlooAFDConnector", "v1", "eager", True),
+        ("cpu", "P2pGlooAFDConnector", "v1", "FULL_DECODE_ONLY", False),
+    ],
+)
+def test_graph_modes_per_platform(platform, connector, runner, mode, ok) -> None:
+    config = cfg(connector, connector == "CAMAsyncAFDConnector")
+    found = paths(config, dep(connector, model_runner=runner, graph_mode=mode))
+    assert (found == set()) is ok, found
+    if not ok:
+        assert found == {"deployment.graph_mode"}
+
+
+def test_graph_mode_message_lists_allowed_modes() -> None:
+    errors = check_deployment(
+        cfg("P2pNcclAFDConnector", False),
+        dep("P2pNcclAFDConnector", model_runner="v2", graph_mode="FULL"),
+    )
+    assert "allowed: eager, FULL_DECODE_ONLY" in errors[0].message
+
+
+def test_dbo_rules() -> None:
+    nccl = cfg("P2pNcclAFDConnector", False)
+    assert paths(nccl, dep("P2pNcclAFDConnector", enable_dbo=True)) == set()
+    assert paths(nccl, dep("P2pNcclAFDConnector", enable_dbo=True, num_ubatches=3)) == {
+        "deployment.num_ubatches"
+    }
+    # V2 DBO needs attention DP > 1; the FFN role is not constrained by it.
+    assert paths(
+        nccl, dep("P2pNcclAFDConnector", model_runner="v2", enable_dbo=True)
+    ) == {"deployment.dp"}
+    ffn = cfg("P2pNcclAFDConnector", False, role="ffn")
+    assert (
+        paths(ffn, dep("P2pNcclAFDConnector", model_runner="v2", enable_dbo=True))
+        == set()
+    )
+    # No control plane: no native DBO. NPU V2: no DBO. CPU: no DBO.
+    assert "deployment.enable_dbo" in paths(
+        cfg("CAMAsyncAFDConnector", True), dep("CAMAsyncAFDConnector", enable_dbo=True)
+    )
+    assert "deployment.enable_dbo" in paths(
+        cfg("CAMP2pAFDConnector", False),
+        dep("CAMP2pAFDConnector", model_runner="v2", enable_dbo=True, dp=1),
+    )
+    assert "deployment.enable_dbo" in paths(
+        cfg("P2pGlooAFDConnector", False), dep("P2pGlooAFDConnector", enable_dbo=True)
+    )
+
+
+def test_connector_platform_mismatch_names_the_right_connectors() -> None:
+    errors = check_deployment(
+        cfg("P2pNcclAFDConnector", False), dep("P2pNcclAFDConnector", platform="cpu")
+    )
+    connector_errors = [
+        e for e in errors if e.path == "additional_config.afd.connector"
+    ]
+    assert connector_errors and "P2pGlooAFDConnector" in connector_errors[0].message
+
+
+def test_model_platform_and_unknown_architecture() -> None:
+    assert "deployment.platform" in paths(
+        cfg("P2pGlooAFDConnector", False),
+        dep("P2pGlooAFDConnector", architecture=QWEN35),
+    )
+    errors = check_deployment(
+        cfg("P2pGlooAFDConnector", False),
+        dep("P2pGlooAFDConnector", architecture="LlamaForCausalLM"),
+    )
+    assert [e.path for e in errors] == ["deployment.architecture"]
+    assert "Qwen3MoeForCausalLM" in errors[0].message
+
+
+def test_v2_is_not_available_on_cpu() -> None:
+    assert "deployment.model_runner" in paths(
+        cfg("P2pGlooAFDConnector", False), dep("P2pGlooAFDConnector", model_runner="v2")
+    )
+
+
+def test_malformed_deployment_reports_every_field() -> None:
+    bad = Deployment(
+        platform="tpu",
+        architecture=DEEPSEEK,
+        model_runner="v3",
+        graph_mode="none",
+        dp=0,
+        tp=True,
+    )  # type: ignore[arg-type]
+    found = paths(cfg("P2pGlooAFDConnector", False), bad)
+    assert found == {
+        "deployment.platform",
+        "deployment.model_runner",
+        "deployment.graph_mode",
+        "deployment.dp",
+        "deployment.tp",
+    }
+
+
+def test_all_problems_reported_together() -> None:
+    config = parse_afd_config(
+        {
+            "afd": {
+                "role": "attention",
+                "connector": "CAMP2pAFDConnector",
+                "compute_gate_on_attention": True,
+                "connector_extra_config": {"compute_gate_on_attention": True},
+            }
+        }
+    )
+    with pytest.raises(AFDConfigError) as info:
+        validate_deployment(
+            config,
+            dep(
+                "CAMP2pAFDConnector",
+                architecture=QWEN3,
+                model_runner="v2",
+                pp=2,
+                graph_mode="PIECEWISE",
+            ),
+        )
+    assert {
+        GATE,
+        EXTRA_GATE,
+        "deployment.pp",
+        "deployment.graph_mode",
+        "deployment.platform",
+    } <= set(info.value.paths)
