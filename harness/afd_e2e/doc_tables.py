@@ -182,3 +182,66 @@ def write_blocks(root: Path, blocks: Iterable[Generated]) -> list[str]:
             path.write_text(updated, encoding="utf-8")
             changed.append(f"{block.path} ({block.name})")
     return changed
+
+
+def scenario_table(root: Path) -> str:
+    """Every scenario with its tier, shape and the CI lists that run it."""
+    from afd_e2e.catalogue import Catalogue
+    from afd_e2e.gates import discover_lists, read_list
+
+    scenarios = Catalogue.load(root).scenarios()
+    runs: dict[str, list[str]] = {}
+    for rel in discover_lists(root):
+        for sid in sorted(read_list(root, rel).ids()):
+            runs.setdefault(sid, []).append(rel.removeprefix("ci/"))
+    rows = []
+    for sid, s in scenarios.items():
+        checks = []
+        if s.checks.parity:
+            checks.append("parity")
+        if s.checks.gsm8k:
+            g = s.checks.gsm8k
+            checks.append(f"gsm8k n={g.samples} >= {g.threshold} c={g.concurrency}")
+        if s.checks.dual_ubatch_evidence:
+            checks.append("dual-ubatch evidence")
+        rows.append(
+            [
+                f"`{sid}`",
+                s.backend,
+                s.tier,
+                s.shape,
+                s.connector.name if s.connector else "(colocated)",
+                s.model_runner,
+                s.graph.mode,
+                "yes" if s.dbo.enabled else "",
+                "; ".join(checks),
+                ", ".join(runs.get(sid, [])) or "(none)",
+            ]
+        )
+    return _table(
+        [
+            "Scenario",
+            "Backend",
+            "Tier",
+            "Shape",
+            "Connector",
+            "Runner",
+            "Graph",
+            "DBO",
+            "Checks",
+            "CI lists",
+        ],
+        rows,
+    )
+
+
+def scenario_blocks(root: Path) -> list[Generated]:
+    build = lambda: scenario_table(root)  # noqa: E731
+    return [
+        Generated("docs/design/e2e_testing.md", "scenarios", build),
+        Generated("tests/e2e/README.md", "scenarios", build),
+    ]
+
+
+def all_blocks(root: Path) -> list[Generated]:
+    return core_blocks() + scenario_blocks(root)

@@ -5,7 +5,7 @@ Every user-facing error lists all problems at once, each naming its field path.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,36 +59,40 @@ def join_path(prefix: str, loc: Iterable[Any]) -> str:
     return ".".join(parts).replace(".[", "[")
 
 
+def pydantic_message(err: Mapping[str, Any], allowed_fields: Sequence[str] = ()) -> str:
+    """Our wording for one pydantic error entry (allowed values, got what)."""
+    kind = err["type"]
+    value = err.get("input")
+    if kind == "extra_forbidden":
+        allowed = ", ".join(sorted(allowed_fields)) or "(none)"
+        return f"unknown field; allowed fields: {allowed}"
+    if kind == "missing":
+        return "is required"
+    if kind == "literal_error":
+        expected = err.get("ctx", {}).get("expected", "")
+        return f"must be one of {expected}, got {describe(value)}"
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return f"must be an integer (not a float or bool), got {describe(value)}"
+    if kind in ("bool_type", "bool_parsing"):
+        return f"must be true or false, got {describe(value)}"
+    if kind in ("float_type", "float_parsing"):
+        return f"must be a number, got {describe(value)}"
+    if kind == "string_type":
+        return f"must be a string, got {describe(value)}"
+    if kind == "list_type":
+        return f"must be a list, got {describe(value)}"
+    if kind in ("dict_type", "model_type"):
+        return f"must be a mapping, got {describe(value)}"
+    if kind.startswith(("greater_than", "less_than")):
+        return f"{err['msg'].replace('Input should', 'must')}, got {value!r}"
+    return f"{err['msg']}, got {describe(value)}"
+
+
 def from_pydantic(
     exc: ValidationError, prefix: str, allowed_fields: Sequence[str] = ()
 ) -> list[FieldError]:
     """Turn pydantic's errors into field errors with our paths and wording."""
-    out: list[FieldError] = []
-    for err in exc.errors(include_url=False):
-        path = join_path(prefix, err["loc"])
-        kind = err["type"]
-        value = err.get("input")
-        if kind == "extra_forbidden":
-            allowed = ", ".join(sorted(allowed_fields)) or "(none)"
-            message = f"unknown field; allowed fields: {allowed}"
-        elif kind == "missing":
-            message = "is required"
-        elif kind == "literal_error":
-            expected = err.get("ctx", {}).get("expected", "")
-            message = f"must be one of {expected}, got {describe(value)}"
-        elif kind in ("int_type", "int_parsing", "int_from_float"):
-            message = f"must be an integer (not a float or bool), got {describe(value)}"
-        elif kind in ("bool_type", "bool_parsing"):
-            message = f"must be true or false, got {describe(value)}"
-        elif kind in ("float_type", "float_parsing"):
-            message = f"must be a number, got {describe(value)}"
-        elif kind in ("string_type",):
-            message = f"must be a string, got {describe(value)}"
-        elif kind in ("dict_type", "model_type"):
-            message = f"must be a mapping, got {describe(value)}"
-        elif kind.startswith(("greater_than", "less_than")):
-            message = f"{err['msg'].replace('Input should', 'must')}, got {value!r}"
-        else:
-            message = f"{err['msg']}, got {describe(value)}"
-        out.append(FieldError(path, message))
-    return out
+    return [
+        FieldError(join_path(prefix, err["loc"]), pydantic_message(err, allowed_fields))
+        for err in exc.errors(include_url=False)
+    ]

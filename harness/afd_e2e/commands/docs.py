@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from afd_e2e.doc_tables import core_blocks, stale_blocks, write_blocks
+from afd_e2e.doc_tables import all_blocks, stale_blocks, write_blocks
 from afd_e2e.repo import find_root
 
 
@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     root = args.root or find_root()
-    blocks = core_blocks()
+    blocks = all_blocks(root)
     if args.write:
         changed = write_blocks(root, blocks)
         print(

@@ -1,0 +1,377 @@
+"""Scenario files: the schema, strict loading with positions, and ``extends``.
+
+A scenario id is its file name (``scenarios/<backend>/<id>.yaml``) and is
+defined nowhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from afd_e2e.yamlpos import Located, YamlDoc, load_file
+from afd_plugin.errors import pydantic_message
+
+Backend = Literal["cpu", "cuda", "npu"]
+Tier = Literal["pr", "weekly", "local"]
+TIER_RANK = {"local": 0, "weekly": 1, "pr": 2}
+SCHEMA_VERSION = 1
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", strict=True, frozen=True, use_attribute_docstrings=True
+    )
+
+
+class TinyModel(_Strict):
+    """A model built locally by ``afd-e2e model tiny`` (CPU scenarios)."""
+
+    arch: Literal["deepseek_v2", "qwen3_moe"]
+    """Tiny architecture to build."""
+
+
+TINY_ARCHITECTURES = {
+    "deepseek_v2": "DeepseekV2ForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+}
+
+
+class ModelSpec(_Strict):
+    """Either a tiny local model or a hub id pinned to a revision."""
+
+    tiny: TinyModel | None = None
+    """Build this tiny model locally; no download ever happens."""
+    hub_id: str | None = None
+    """Hub id, resolved as ``<model-root>/<hub_id>`` (never downloaded)."""
+    revision: str | None = Field(default=None, pattern=r"^[0-9a-f]{40}$")
+    """Pinned 40-hex commit of the hub id's weights."""
+    architecture: str | None = None
+    """HF architecture name (implied for tiny models)."""
+    served_name: str | None = None
+    """Served model name; defaults to the scenario id."""
+
+    @property
+    def resolved_architecture(self) -> str:
+        if self.tiny is not None:
+            return TINY_ARCHITECTURES[self.tiny.arch]
+        return self.architecture or ""
+
+
+class RoleTopology(_Strict):
+    """Parallel layout of one role."""
+
+    dp: int = Field(default=1, ge=1)
+    """Data-parallel size."""
+    tp: int = Field(default=1, ge=1)
+    """Tensor-parallel size."""
+    ep: bool = False
+    """Expert parallel (``--enable-expert-parallel``)."""
+    devices: list[int] = Field(default_factory=list)
+    """Accelerator ids for this role (empty on CPU)."""
+
+    @property
+    def ranks(self) -> int:
+        return self.dp * self.tp
+
+
+class Topology(_Strict):
+    """Attention and FFN layout; a colocated scenario has only ``attention``."""
+
+    attention: RoleTopology = Field(default_factory=RoleTopology)
+    """The attention role (or the single colocated server)."""
+    ffn: RoleTopology | None = None
+    """The FFN role; absent for a colocated (non-AFD) scenario."""
+
+
+class ConnectorSpec(_Strict):
+    """Connector name and its own extra config."""
+
+    name: str
+    """A registered connector name (see the README connector table)."""
+    extra: dict[str, Any] = Field(default_factory=dict)
+    """``connector_extra_config``, checked by the connector's closed schema."""
+
+
+class GraphSpec(_Strict):
+    """Graph mode and capture sizes."""
+
+    mode: Literal["eager", "FULL_DECODE_ONLY", "FULL"] = "eager"
+    """``eager`` or a CUDA/ACL graph mode."""
+    capture_sizes: list[int] = Field(default_factory=list)
+    """Batch sizes to capture (empty: vLLM's default)."""
+
+
+class DboSpec(_Strict):
+    """Dual-batch overlap (two micro-batches)."""
+
+    enabled: bool = False
+    """Run DBO (``--enable-dbo``)."""
+    ubatches: int = Field(default=2, ge=1)
+    """Micro-batches per step; AFD supports exactly 2."""
+
+
+class RoleArgs(_Strict):
+    """Extra vLLM arguments and environment for one role."""
+
+    args: list[str] = Field(default_factory=list)
+    """Extra vLLM command-line arguments."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Extra environment variables."""
+
+
+class RolesSpec(_Strict):
+    """Per-role and common launch additions."""
+
+    common: RoleArgs = Field(default_factory=RoleArgs)
+    """Added to every role (and to the colocated baseline)."""
+    attention: RoleArgs = Field(default_factory=RoleArgs)
+    """Added to attention servers."""
+    ffn: RoleArgs = Field(default_factory=RoleArgs)
+    """Added to FFN servers."""
+
+
+class ParityCheck(_Strict):
+    """Greedy tokens equal a colocated run of the same model."""
+
+    prompts: int = Field(default=8, ge=1)
+    """Number of fixed prompts."""
+    max_tokens: int = Field(default=16, ge=1)
+    """Tokens generated per prompt."""
+
+
+class Gsm8kCheck(_Strict):
+    """GSM8K accuracy through lm-eval against the attention API."""
+
+    samples: int = Field(ge=1)
+    """Exact number of test questions evaluated."""
+    threshold: float = Field(ge=0, le=1)
+    """Minimum ``exact_match,strict-match``."""
+    concurrency: int = Field(default=1, ge=1)
+    """Concurrent requests."""
+    fewshot: int = Field(default=8, ge=0)
+    """Few-shot examples per prompt."""
+
+
+class Checks(_Strict):
+    """What a run must show."""
+
+    parity: ParityCheck | None = None
+    """Token parity against a colocated baseline."""
+    gsm8k: Gsm8kCheck | None = None
+    """GSM8K accuracy gate."""
+    dual_ubatch_evidence: bool = False
+    """At least one logged step that really ran two micro-batches."""
+
+
+class Timeouts(_Strict):
+    """Bounds of each phase, in seconds."""
+
+    startup_s: float = Field(default=900, gt=0)
+    """From launch until the attention API answers."""
+    checks_s: float = Field(default=3600, gt=0)
+    """All checks together."""
+    teardown_grace_s: float = Field(default=30, gt=0)
+    """SIGTERM grace before SIGKILL."""
+
+
+class Teardown(_Strict):
+    """SIGKILL policy (AFD-I12)."""
+
+    sigkill: Literal["fail", "marker-scan"] = "fail"
+    """``fail``: any SIGKILL fails the run; ``marker-scan``: NPU async-CAM only."""
+
+
+class Ports(_Strict):
+    """Pinned ports; free ports are picked at run time when absent."""
+
+    api: int | None = Field(default=None, ge=1, le=65535)
+    """First API port (attention rank 0); others follow."""
+    afd: int | None = Field(default=None, ge=1, le=65535)
+    """AFD rendezvous port."""
+
+
+class Scenario(_Strict):
+    """One end-to-end case; the id is the file name."""
+
+    schema_version: Literal[1]
+    """Always 1."""
+    description: str
+    """What this case proves."""
+    backend: Backend
+    """Where it runs: cpu, cuda or npu."""
+    tier: Tier
+    """``pr`` (PR gate), ``weekly`` or ``local`` (never in CI lists)."""
+    model: ModelSpec
+    """The model under test."""
+    afd: bool = True
+    """False for a colocated baseline scenario."""
+    connector: ConnectorSpec | None = None
+    """Required when ``afd``."""
+    compute_gate_on_attention: bool = False
+    """Gate placement (AFD-I7)."""
+    model_runner: Literal["v1", "v2"] = "v1"
+    """vLLM model runner version."""
+    graph: GraphSpec = Field(default_factory=GraphSpec)
+    """Graph mode."""
+    dbo: DboSpec = Field(default_factory=DboSpec)
+    """Dual-batch overlap."""
+    topology: Topology = Field(default_factory=Topology)
+    """Role layouts."""
+    roles: RolesSpec = Field(default_factory=RolesSpec)
+    """Extra vLLM args and env per role."""
+    checks: Checks = Field(default_factory=Checks)
+    """What the run must show."""
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    """Phase bounds."""
+    teardown: Teardown = Field(default_factory=Teardown)
+    """SIGKILL policy."""
+    ports: Ports = Field(default_factory=Ports)
+    """Pinned ports."""
+
+    @property
+    def shape(self) -> str:
+        """``2A2F`` style label, or ``colocated DPxTP``."""
+        a = self.topology.attention
+        if not self.afd or self.topology.ffn is None:
+            return f"colocated dp{a.dp}tp{a.tp}"
+        return f"{a.ranks}A{self.topology.ffn.ranks}F"
+
+    @property
+    def devices(self) -> int:
+        used = len(self.topology.attention.devices)
+        if self.topology.ffn is not None:
+            used += len(self.topology.ffn.devices)
+        return used
+
+
+SCENARIO_FIELDS = tuple(Scenario.model_fields)
+
+
+def _unwrap(annotation: Any) -> Any:
+    """The model class inside ``X | None``, ``list[X]`` or ``dict[str, X]``."""
+    for arg in getattr(annotation, "__args__", ()) or ():
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return annotation
+
+
+def allowed_fields_at(loc: tuple[Any, ...]) -> tuple[str, ...]:
+    """Field names of the model that owns the last element of ``loc``."""
+    model: Any = Scenario
+    for part in loc[:-1]:
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return ()
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return ()
+        model = _unwrap(field.annotation)
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return tuple(model.model_fields)
+    return ()
+
+
+@dataclass
+class ScenarioSource:
+    """One scenario file as read: its id, path, raw data and positions."""
+
+    id: str
+    path: Path
+    display: str
+    doc: YamlDoc
+
+    @property
+    def backend_dir(self) -> str:
+        return self.path.parent.name
+
+
+@dataclass
+class LoadedScenario:
+    """A resolved scenario (``extends`` applied) and where each value came from."""
+
+    id: str
+    source: ScenarioSource
+    parent: ScenarioSource | None
+    data: dict[str, Any]
+    scenario: Scenario | None
+    errors: list[Located] = field(default_factory=list)
+
+    def error(self, path: tuple[Any, ...], message: str) -> Located:
+        """A positioned error: from the child file when it sets ``path``."""
+        doc = self.source.doc
+        if self.parent is not None and not any(
+            path[:cut] in doc.positions for cut in range(len(path), 0, -1)
+        ):
+            doc = self.parent.doc
+        return doc.error(path, message)
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Mappings merge key by key; anything else in ``override`` replaces."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def read_source(path: Path, root: Path) -> ScenarioSource:
+    try:
+        display = str(path.relative_to(root))
+    except ValueError:
+        display = str(path)
+    return ScenarioSource(
+        id=path.stem, path=path, display=display, doc=load_file(path, display)
+    )
+
+
+def resolve(
+    source: ScenarioSource, sources: dict[str, ScenarioSource]
+) -> LoadedScenario:
+    """Apply one level of ``extends`` and validate the schema."""
+    data = source.doc.data
+    errors = list(source.doc.errors)
+    loaded = LoadedScenario(source.id, source, None, {}, None, errors)
+    if not isinstance(data, dict):
+        errors.append(source.doc.error((), "a scenario file must be a mapping"))
+        return loaded
+    data = dict(data)
+    parent_id = data.pop("extends", None)
+    if parent_id is not None:
+        parent = sources.get(parent_id) if isinstance(parent_id, str) else None
+        if parent is None:
+            known = ", ".join(sorted(sources)) or "(none)"
+            errors.append(
+                source.doc.error(
+                    ("extends",), f"no scenario named {parent_id!r}; known: {known}"
+                )
+            )
+            return loaded
+        if isinstance(parent.doc.data, dict) and "extends" in parent.doc.data:
+            errors.append(
+                source.doc.error(
+                    ("extends",),
+                    f"{parent_id} itself extends {parent.doc.data['extends']!r}; "
+                    "only one level of extends is allowed",
+                )
+            )
+            return loaded
+        errors.extend(parent.doc.errors)
+        loaded.parent = parent
+        parent_data = parent.doc.data if isinstance(parent.doc.data, dict) else {}
+        data = deep_merge(parent_data, data)
+    loaded.data = data
+    try:
+        loaded.scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        for err in exc.errors(include_url=False):
+            loc = tuple(err["loc"])
+            errors.append(
+                loaded.error(loc, pydantic_message(err, allowed_fields_at(loc)))
+            )
+    return loaded
