@@ -20,6 +20,10 @@ from afd_e2e.scenario import (
 from afd_e2e.yamlpos import Located
 
 
+def _key(err: Located) -> tuple[str, int, int, str]:
+    return (err.file, err.line, err.col, err.path)
+
+
 @dataclass
 class Catalogue:
     root: Path
@@ -54,10 +58,19 @@ class Catalogue:
                 src = read_source(extra, root)
                 sources.setdefault(src.id, src)
                 chosen.append(src)
+        own: dict[str, list[Located]] = {}
         for src in chosen:
             loaded = resolve(src, sources)
             cat.loaded[src.id] = loaded
-            cat.errors += check_scenario(loaded)
+            own[src.id] = check_scenario(loaded)
+        for sid, errors in own.items():
+            parent = cat.loaded[sid].parent
+            if parent is not None:
+                if parent.id not in own:  # validate the parent once, for its errors
+                    own[parent.id] = check_scenario(resolve(parent, sources))
+                seen = {_key(e) for e in own[parent.id]}
+                errors = [e for e in errors if _key(e) not in seen]
+            cat.errors += errors
         return cat
 
     def get(self, scenario_id: str) -> Scenario:

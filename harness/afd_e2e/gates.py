@@ -199,6 +199,8 @@ def lint_lists(
         problems += _lint_commands(gate, scenarios)
         for ref in gate.refs:
             s = scenarios.get(ref.scenario_id)
+            if s is None and ref.scenario_id in positions:
+                continue  # the scenario exists but is invalid: reported on its own
             if s is None:
                 problems.append(
                     f"{gate.path}:{ref.line}: '{ref.scenario_id}' has no scenario "
@@ -299,6 +301,28 @@ def _lint_symmetry(
     return problems
 
 
+def _deepest(err: Any) -> Any:
+    """Inside anyOf/oneOf, the error of the alternative the value nearly matched:
+    one whose errors all sit below the value (its shape matched), fewest first."""
+    import jsonschema.exceptions
+
+    while err.context:
+        depth = len(err.absolute_path)
+        branches: dict[Any, list[Any]] = {}
+        for sub in err.context:
+            branches.setdefault(sub.relative_schema_path[0], []).append(sub)
+        near = [
+            errs
+            for errs in branches.values()
+            if all(len(e.absolute_path) > depth for e in errs)
+        ]
+        if near:
+            err = min(near, key=len)[0]
+        else:
+            err = jsonschema.exceptions.best_match(err.context)
+    return err
+
+
 def schema_problems(root: Path, schema_path: Path, rels: Iterable[str]) -> list[str]:
     """Check list files against Buildkite's official pipeline JSON schema."""
     import json
@@ -312,9 +336,10 @@ def schema_problems(root: Path, schema_path: Path, rels: Iterable[str]) -> list[
         doc = load_file(root / rel, rel)
         if doc.data is None:
             continue
-        for err in sorted(validator.iter_errors(doc.data), key=lambda e: list(e.path)):
-            line = doc.where(tuple(err.path))[0]
-            where = ".".join(str(p) for p in err.path) or "(top)"
+        for top in sorted(validator.iter_errors(doc.data), key=lambda e: list(e.path)):
+            err = _deepest(top)
+            line = doc.where(tuple(err.absolute_path))[0]
+            where = ".".join(str(p) for p in err.absolute_path) or "(top)"
             problems.append(
                 f"{rel}:{line}: Buildkite schema: {where}: {err.message[:200]}"
             )

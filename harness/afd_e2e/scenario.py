@@ -302,11 +302,19 @@ class LoadedScenario:
     def error(self, path: tuple[Any, ...], message: str) -> Located:
         """A positioned error: from the child file when it sets ``path``."""
         doc = self.source.doc
-        if self.parent is not None and not any(
-            path[:cut] in doc.positions for cut in range(len(path), 0, -1)
-        ):
-            doc = self.parent.doc
+        if self.parent is not None and _known_depth(
+            self.parent.doc, path
+        ) > _known_depth(doc, path):
+            message += f" (inherited by '{self.id}' through extends)"
+            return self.parent.doc.error(path, message)
         return doc.error(path, message)
+
+
+def _known_depth(doc: YamlDoc, path: tuple[Any, ...]) -> int:
+    """Length of the longest prefix of ``path`` that ``doc`` itself sets."""
+    return next(
+        (cut for cut in range(len(path), 0, -1) if path[:cut] in doc.positions), 0
+    )
 
 
 def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -361,7 +369,6 @@ def resolve(
                 )
             )
             return loaded
-        errors.extend(parent.doc.errors)
         loaded.parent = parent
         parent_data = parent.doc.data if isinstance(parent.doc.data, dict) else {}
         data = deep_merge(parent_data, data)
