@@ -1,0 +1,216 @@
+"""Scenario -> launch plan: per-role argv, environment, ports, start order and
+run directory. Pure planning; nothing starts here (``afd-e2e run --dry-run``)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from afd_e2e import policy
+from afd_e2e.deployment import additional_config
+from afd_e2e.scenario import RoleTopology, Scenario
+from afd_plugin.config import parse_afd_config
+from afd_plugin.connectors.registry import AFDConnectorFactory
+
+HOST = "127.0.0.1"
+API_MODULE = "vllm.entrypoints.openai.api_server"
+DEVICE_ENV = {"cuda": "CUDA_VISIBLE_DEVICES", "npu": "ASCEND_RT_VISIBLE_DEVICES"}
+
+
+@dataclass(frozen=True)
+class RoleLaunch:
+    """One server process of the plan."""
+
+    role: str
+    """``attention``, ``ffn`` or ``baseline`` (a colocated server)."""
+    rank: int
+    """Server index within its role (vLLM runs a role's DP/TP ranks itself)."""
+    argv: list[str]
+    env: dict[str, str]
+    api_port: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}-{self.rank}"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{HOST}:{self.api_port}"
+
+
+@dataclass
+class LaunchPlan:
+    """Everything ``afd-e2e run`` will start, in order."""
+
+    scenario_id: str
+    run_id: str
+    run_dir: Path
+    model_path: str
+    served_name: str
+    afd_port: int | None
+    roles: list[RoleLaunch] = field(default_factory=list)
+
+    @property
+    def api(self) -> RoleLaunch:
+        """The server users (and checks) talk to."""
+        return next(r for r in self.roles if r.role in ("attention", "baseline"))
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["run_dir"] = str(self.run_dir)
+        out["start_order"] = [r.name for r in self.roles]
+        out["base_url"] = self.api.base_url
+        return out
+
+
+def free_port() -> int:
+    """A port free on loopback right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+def resolve_model(scenario: Scenario, model_root: Path) -> str:
+    """Where the weights are: a tiny model's cache directory, or the hub id
+    under the model root (plain ``<root>/<hub_id>`` or a hub-cache snapshot)."""
+    model = scenario.model
+    if model.tiny is not None:
+        from afd_e2e.tiny_model import model_dir
+
+        return str(model_dir(model.tiny.arch, model_root))
+    assert model.hub_id is not None
+    plain = model_root / model.hub_id
+    cache = model_root / ("models--" + model.hub_id.replace("/", "--")) / "snapshots"
+    if model.revision and (cache / model.revision).is_dir():
+        return str(cache / model.revision)
+    return str(plain)
+
+
+def start_order(scenario: Scenario) -> tuple[str, ...]:
+    """Synchronous connectors start FFN first; the async CAM one attention first."""
+    if not scenario.afd or scenario.connector is None:
+        return ("baseline",)
+    spec = AFDConnectorFactory.get_spec(scenario.connector.name)
+    return ("ffn", "attention") if spec.synchronous else ("attention", "ffn")
+
+
+def _parallel_args(topo: RoleTopology, dp_rpc_port: int | None) -> list[str]:
+    args = [
+        "--data-parallel-size",
+        str(topo.dp),
+        "--tensor-parallel-size",
+        str(topo.tp),
+    ]
+    if topo.ep:
+        args.append("--enable-expert-parallel")
+    if topo.dp > 1 and dp_rpc_port is not None:
+        args += ["--data-parallel-rpc-port", str(dp_rpc_port)]
+    return args
+
+
+def _graph_args(scenario: Scenario) -> list[str]:
+    if scenario.graph.mode == "eager":
+        common = scenario.roles.common.args
+        return [] if "--enforce-eager" in common else ["--enforce-eager"]
+    compilation: dict[str, Any] = {"cudagraph_mode": scenario.graph.mode}
+    if scenario.graph.capture_sizes:
+        compilation["cudagraph_capture_sizes"] = scenario.graph.capture_sizes
+    return ["--compilation-config", json.dumps(compilation, separators=(",", ":"))]
+
+
+def _env(
+    scenario: Scenario, role: str, topo: RoleTopology, run_id: str, rank: int
+) -> dict[str, str]:
+    env = {"VLLM_PLUGINS": "afd"} if scenario.afd else {"VLLM_PLUGINS": ""}
+    device_env = DEVICE_ENV.get(scenario.backend)
+    if device_env:
+        env[device_env] = ",".join(str(d) for d in topo.devices)
+    env.update(scenario.roles.common.env)
+    if role in ("attention", "ffn"):
+        env.update(getattr(scenario.roles, role).env)
+    env[policy.RUN_ID_ENV] = run_id
+    env[policy.PROCESS_ROLE_ENV] = f"{role}:{rank}"
+    return env
+
+
+def build_plan(
+    scenario_id: str,
+    scenario: Scenario,
+    *,
+    model_root: Path,
+    run_dir: Path | None = None,
+    run_id: str | None = None,
+    python: str = sys.executable,
+) -> LaunchPlan:
+    """The full plan; AFD configs are checked by the plugin's parser here, so an
+    invalid scenario never starts a process."""
+    run_id = run_id or f"{scenario_id}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir = run_dir or Path("runs") / run_id
+    served = scenario.model.served_name or scenario_id
+    model_path = resolve_model(scenario, model_root)
+    afd_port = scenario.ports.afd or (free_port() if scenario.afd else None)
+    next_api = scenario.ports.api
+    plan = LaunchPlan(scenario_id, run_id, run_dir, model_path, served, afd_port)
+    for role in start_order(scenario):
+        topo = scenario.topology.attention if role != "ffn" else scenario.topology.ffn
+        assert topo is not None
+        api_port = next_api if next_api is not None else free_port()
+        if next_api is not None:
+            next_api += 1
+        argv = [
+            python,
+            "-m",
+            API_MODULE,
+            "--model",
+            model_path,
+            "--served-model-name",
+            served,
+            "--host",
+            HOST,
+            "--port",
+            str(api_port),
+        ]
+        argv += _parallel_args(topo, free_port() if topo.dp > 1 else None)
+        argv += _graph_args(scenario)
+        if scenario.afd:
+            assert afd_port is not None
+            extra = additional_config(scenario, role, HOST, afd_port)
+            parse_afd_config(extra)  # the server's own parser; raises on bad input
+            argv += ["--additional-config", json.dumps(extra, separators=(",", ":"))]
+        argv += scenario.roles.common.args
+        if role in ("attention", "ffn"):
+            argv += getattr(scenario.roles, role).args
+        plan.roles.append(
+            RoleLaunch(role, 0, argv, _env(scenario, role, topo, run_id, 0), api_port)
+        )
+    return plan
+
+
+def describe(plan: LaunchPlan) -> str:
+    """Human-readable plan for ``--dry-run``."""
+    lines = [
+        f"scenario {plan.scenario_id}  run {plan.run_id}",
+        f"run dir  {plan.run_dir}",
+        f"model    {plan.model_path}  (served as {plan.served_name})",
+    ]
+    if plan.afd_port is not None:
+        lines.append(f"afd      rendezvous {HOST}:{plan.afd_port}")
+    lines.append("start order: " + " -> ".join(r.name for r in plan.roles))
+    for r in plan.roles:
+        lines.append(
+            f"[{r.name}] api {r.base_url}  log {plan.run_dir / (r.name + '.log')}"
+        )
+        lines.append("  env  " + " ".join(f"{k}={v}" for k, v in sorted(r.env.items())))
+        lines.append("  argv " + " ".join(_quote(a) for a in r.argv))
+    return "\n".join(lines)
+
+
+def _quote(arg: str) -> str:
+    import shlex
+
+    return shlex.quote(arg)

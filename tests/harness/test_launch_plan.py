@@ -1,0 +1,103 @@
+"""afd-e2e run --dry-run for every scenario: argv, env, ports and start order."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from lint_repo import ROOT
+
+from afd_e2e.catalogue import Catalogue
+from afd_e2e.cli import main
+from afd_plugin.config import parse_afd_config
+
+CATALOGUE = Catalogue.load(ROOT)
+IDS = sorted(CATALOGUE.scenarios())
+
+
+def plan_of(scenario_id: str, tmp_path: Path, capsys) -> dict:
+    code = main(
+        [
+            "run",
+            scenario_id,
+            "--dry-run",
+            "--json",
+            "--root",
+            str(ROOT),
+            "--model-root",
+            str(tmp_path / "models"),
+            "--run-dir",
+            str(tmp_path / "run"),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("scenario_id", IDS)
+def test_dry_run_plan(scenario_id: str, tmp_path: Path, capsys) -> None:
+    scenario = CATALOGUE.get(scenario_id)
+    plan = plan_of(scenario_id, tmp_path, capsys)
+    roles = plan["roles"]
+    ports = [r["api_port"] for r in roles] + [plan["afd_port"]] * bool(plan["afd_port"])
+    assert len(set(ports)) == len(ports)
+    for role in roles:
+        argv, env = role["argv"], role["env"]
+        assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+        assert argv[argv.index("--host") + 1] == "127.0.0.1"
+        assert env["AFD_E2E_RUN_ID"] == plan["run_id"]
+        assert env["AFD_E2E_PROCESS_ROLE"] == f"{role['role']}:{role['rank']}"
+        topo = (
+            scenario.topology.ffn
+            if role["role"] == "ffn"
+            else scenario.topology.attention
+        )
+        assert argv[argv.index("--data-parallel-size") + 1] == str(topo.dp)
+        device_env = {
+            "cuda": "CUDA_VISIBLE_DEVICES",
+            "npu": "ASCEND_RT_VISIBLE_DEVICES",
+        }
+        if scenario.backend in device_env:
+            assert env[device_env[scenario.backend]] == ",".join(map(str, topo.devices))
+        if scenario.afd:
+            extra = json.loads(argv[argv.index("--additional-config") + 1])
+            cfg = parse_afd_config(extra)
+            assert cfg is not None and cfg.role == role["role"]
+            assert cfg.port == plan["afd_port"]
+            assert env["VLLM_PLUGINS"] == "afd"
+        else:
+            assert "--additional-config" not in argv
+        if scenario.graph.mode == "eager":
+            assert "--enforce-eager" in argv
+        else:
+            assert scenario.graph.mode in argv[argv.index("--compilation-config") + 1]
+    order = [r["role"] for r in roles]
+    if not scenario.afd:
+        assert order == ["baseline"]
+    elif scenario.connector.name == "CAMAsyncAFDConnector":
+        assert order == ["attention", "ffn"]
+    else:
+        assert order == ["ffn", "attention"]
+
+
+def test_default_scenario_is_the_cpu_main_job(tmp_path: Path, capsys) -> None:
+    code = main(
+        ["run", "--dry-run", "--root", str(ROOT), "--model-root", str(tmp_path)]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert out.startswith("scenario cpu-eager-1a1f")
+    assert "start order: ffn-0 -> attention-0" in out
+    assert str(tmp_path / "tiny-deepseek_v2-") in out
+
+
+def test_hub_model_resolves_under_the_model_root(tmp_path: Path, capsys) -> None:
+    plan = plan_of("afd-eager-2a2f", tmp_path, capsys)
+    assert plan["model_path"] == str(tmp_path / "models/deepseek-ai/DeepSeek-V2-Lite")
+
+
+def test_unknown_scenario_is_bad_input(capsys) -> None:
+    assert main(["run", "nope", "--dry-run", "--root", str(ROOT)]) == 2
+    assert "no scenario 'nope'" in capsys.readouterr().err
