@@ -1,0 +1,837 @@
+"""Role server processes of one run: start, wait until serving, tear down.
+
+Teardown is strict: SIGTERM, one shared grace deadline, and any SIGKILL fails it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import math
+import os
+import re
+import secrets
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any
+
+import psutil
+
+from afd_e2e import policy
+from afd_e2e.readiness import Probe, ProbeResult
+
+logger = logging.getLogger(__name__)
+
+LOG_TAIL_LINES = 50
+"""Lines of a role's log quoted when it dies."""
+NOT_READY_TAIL_LINES = 20
+"""Lines of each not-ready role's log quoted when the readiness deadline passes."""
+
+_ROLE_RE = re.compile(r"[a-z][a-z0-9_-]*\Z")
+_RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+_OUTPUT_LOCK = threading.RLock()  # re-entrant: a signal handler may print
+
+
+def _say(line: str) -> None:
+    """One line to the terminal (stderr), never interleaved with another."""
+    with _OUTPUT_LOCK:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
+def new_run_id(scenario_id: str) -> str:
+    """A fresh run id: ``<scenario>-<UTC time>-<random>``."""
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{scenario_id}-{stamp}-{secrets.token_hex(3)}"
+
+
+# --------------------------------------------------------------------- specs
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """One role server process to start."""
+
+    role: str
+    """Role name such as ``attention``, ``ffn`` or ``baseline``."""
+    rank: int
+    """Rank within the role; ``role:rank`` names the process everywhere."""
+    argv: Sequence[str]
+    """Command line; ``argv[0]`` is looked up on ``PATH``."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Variables added to the harness's environment. The manager sets the run
+    markers; a marker given here must equal the manager's value."""
+    cwd: Path | None = None
+    """Working directory; the harness's own when None."""
+
+    def __post_init__(self) -> None:
+        errors = []
+        if not _ROLE_RE.match(self.role):
+            errors.append(f"role must match {_ROLE_RE.pattern}, got {self.role!r}")
+        if isinstance(self.rank, bool) or not isinstance(self.rank, int):
+            errors.append(f"rank must be an int, got {self.rank!r}")
+        elif self.rank < 0:
+            errors.append(f"rank must be >= 0, got {self.rank}")
+        if not self.argv or not all(isinstance(a, str) for a in self.argv):
+            errors.append(f"argv must be a non-empty list of str, got {self.argv!r}")
+        if errors:
+            raise ValueError("ProcessSpec: " + "; ".join(errors))
+        object.__setattr__(self, "argv", tuple(self.argv))
+        object.__setattr__(self, "env", dict(self.env))
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}:{self.rank}"
+
+    @property
+    def log_name(self) -> str:
+        return f"{self.role}-{self.rank}.log"
+
+
+# ----------------------------------------------------------------- signals
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM reached the harness; teardown still runs."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"interrupted by {self.signame}")
+
+    @property
+    def signame(self) -> str:
+        return signal.Signals(self.signum).name
+
+
+class InterruptGuard(AbstractContextManager["InterruptGuard"]):
+    """Turns the first SIGINT/SIGTERM into :class:`Interrupted`, so teardown runs.
+
+    Use as ``with InterruptGuard() as guard:`` in the main thread. Later signals
+    are recorded and ignored; a signal arriving while the manager starts a
+    process is raised once the process is recorded; one arriving during
+    teardown is recorded only (read :attr:`signum`), never raised.
+    """
+
+    _active: InterruptGuard | None = None
+
+    def __init__(self, signums: Iterable[int] = (signal.SIGINT, signal.SIGTERM)):
+        self.signums = tuple(signums)
+        self.signum: int | None = None
+        """The first signal received, or None."""
+        self._shield_depth = 0
+        self._previous: dict[int, Any] = {}
+        self._outer: InterruptGuard | None = None
+
+    @property
+    def signame(self) -> str | None:
+        return None if self.signum is None else signal.Signals(self.signum).name
+
+    def __enter__(self) -> InterruptGuard:
+        for signum in self.signums:
+            self._previous[signum] = signal.signal(signum, self._handle)
+        self._outer, InterruptGuard._active = InterruptGuard._active, self
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        InterruptGuard._active = self._outer
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        first = self.signum is None
+        if first:
+            self.signum = signum
+        if first and not self._shield_depth:
+            raise Interrupted(signum)
+        _say(f"afd-e2e: {signal.Signals(signum).name} received; tearing down, wait")
+
+    @contextmanager
+    def shielded(self, deliver: bool) -> Iterator[None]:
+        """Defer signals; with ``deliver`` raise a deferred first one at the end."""
+        before = self.signum
+        self._shield_depth += 1
+        try:
+            yield
+        finally:
+            self._shield_depth -= 1
+        if deliver and before is None and self.signum and not self._shield_depth:
+            raise Interrupted(self.signum)
+
+
+def _shielded(deliver: bool) -> AbstractContextManager[None]:
+    guard = InterruptGuard._active
+    return nullcontext() if guard is None else guard.shielded(deliver)
+
+
+# ------------------------------------------------------------------- errors
+
+
+class RoleError(RuntimeError):
+    """A role process could not start, died, or did not become ready."""
+
+    def __init__(self, message: str, names: Sequence[str]) -> None:
+        super().__init__(message)
+        self.names = tuple(names)
+        """The ``role:rank`` names at fault."""
+
+
+class ProcessDiedError(RoleError):
+    """A role process exited while the run still needed it."""
+
+    def __init__(
+        self, name: str, returncode: int, log_path: Path, tail: list[str], message: str
+    ) -> None:
+        super().__init__(message, [name])
+        self.returncode = returncode
+        self.log_path = log_path
+        self.log_tail = tail
+
+
+class ReadinessTimeoutError(RoleError):
+    """The readiness deadline passed with some role not serving."""
+
+
+def tail_lines(path: Path, count: int = LOG_TAIL_LINES) -> list[str]:
+    """The last ``count`` lines of a log file (empty when it does not exist)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - 256 * 1024))
+            data = handle.read()
+    except FileNotFoundError:
+        return []
+    lines = data.decode(errors="replace").splitlines()
+    return lines[-count:] if count else []
+
+
+def _quote(lines: list[str]) -> str:
+    return "\n".join(f"  | {line}" for line in lines) if lines else "  | (log empty)"
+
+
+# ------------------------------------------------------------------ records
+
+
+@dataclass(frozen=True)
+class ProcessRecord:
+    """One process as the teardown record names it."""
+
+    pid: int
+    name: str
+    """``role:rank`` it belongs to (``?`` when unknown)."""
+    cmdline: tuple[str, ...]
+    found_by: str
+    """``child`` (spawned), ``tree`` (snapshot descendant), ``group`` or ``marker``."""
+
+    def describe(self) -> str:
+        command = " ".join(self.cmdline) or "?"
+        if len(command) > 160:
+            command = command[:157] + "..."
+        return f"pid {self.pid} {self.name} ({self.found_by}): {command}"
+
+
+@dataclass
+class TeardownRecord:
+    """What teardown did; it failed when :attr:`ok` is False."""
+
+    grace_s: float
+    marker_scan: bool
+    duration_s: float = 0.0
+    terminated: list[ProcessRecord] = field(default_factory=list)
+    """Processes sent SIGTERM (role groups are signalled as well)."""
+    escalated: list[ProcessRecord] = field(default_factory=list)
+    """Processes alive at the grace deadline, sent SIGKILL: each fails teardown."""
+    marker_killed: list[ProcessRecord] = field(default_factory=list)
+    """FFN processes SIGKILLed under the marker-scan exception (allowed)."""
+    leaks: list[ProcessRecord] = field(default_factory=list)
+    """Processes still carrying the run marker after teardown."""
+    errors: list[str] = field(default_factory=list)
+    exit_codes: dict[str, int | None] = field(default_factory=dict)
+    """``role:rank`` -> exit code (negative: killed by that signal)."""
+
+    @property
+    def ok(self) -> bool:
+        return not (self.escalated or self.leaks or self.errors)
+
+    def problems(self) -> list[str]:
+        """One line per reason the teardown failed."""
+        lines = [
+            f"needed SIGKILL after {self.grace_s:g} s grace: {p.describe()}"
+            for p in self.escalated
+        ]
+        lines += [f"leaked: {p.describe()}" for p in self.leaks]
+        return lines + self.errors
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["ok"] = self.ok
+        return data
+
+
+# ------------------------------------------------------------- process refs
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except ProcessLookupError:
+        return None
+
+
+def _exited(fd: int) -> bool:
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+def _markers(pid: int) -> tuple[str | None, str | None]:
+    """(run id, role:rank) from a process's environ; read only after pidfd_open."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return None, None
+    run_id = role = None
+    for entry in raw.split(b"\0"):
+        key, _, value = entry.partition(b"=")
+        if key == policy.RUN_ID_ENV.encode():
+            run_id = value.decode(errors="replace")
+        elif key == policy.PROCESS_ROLE_ENV.encode():
+            role = value.decode(errors="replace")
+    return run_id, role
+
+
+def _describe(pid: int) -> tuple[float, tuple[str, ...]]:
+    process = psutil.Process(pid)
+    with process.oneshot():
+        try:
+            cmdline = tuple(process.cmdline())
+        except (psutil.AccessDenied, psutil.ZombieProcess):
+            cmdline = ()
+        return process.create_time(), cmdline
+
+
+class _Target:
+    """A process the harness may signal, held through a pidfd (no pid reuse)."""
+
+    def __init__(self, fd: int, pid: int, name: str, found_by: str) -> None:
+        self.fd, self.pid, self.name, self.found_by = fd, pid, name, found_by
+        self.create_time, self.cmdline = _describe(pid)
+        self.pgid = os.getpgid(pid)
+
+    @classmethod
+    def pin(
+        cls, pid: int, name: str, found_by: str, fd: int | None = None
+    ) -> _Target | None:
+        """Open a pidfd (unless given one), then read the process; None if gone."""
+        fd = _pidfd(pid) if fd is None else fd
+        if fd is None:
+            return None
+        try:
+            return cls(fd, pid, name, found_by)
+        except (OSError, psutil.Error):
+            os.close(fd)
+            return None
+
+    @property
+    def key(self) -> tuple[int, float]:
+        return self.pid, self.create_time
+
+    def alive(self) -> bool:
+        return not _exited(self.fd)
+
+    def send(self, signum: int) -> bool:
+        try:
+            signal.pidfd_send_signal(self.fd, signum)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def record(self) -> ProcessRecord:
+        return ProcessRecord(self.pid, self.name, self.cmdline, self.found_by)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def _wait_exit(targets: Iterable[_Target], deadline: float) -> None:
+    """Block until every target exited or the deadline passed."""
+    poller = select.poll()
+    pending = {t.fd for t in targets}
+    for fd in pending:
+        poller.register(fd, select.POLLIN)
+    while pending:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        for fd, _ in poller.poll(math.ceil(remaining * 1000)):
+            poller.unregister(fd)
+            pending.discard(fd)
+
+
+# --------------------------------------------------------------- processes
+
+
+class _LogEcho(threading.Thread):
+    """Tails one role's log file and prints each line with a ``[role:rank]`` prefix."""
+
+    def __init__(self, path: Path, name: str) -> None:
+        super().__init__(name=f"afd-e2e-echo-{name}", daemon=True)
+        self.path, self.prefix = path, f"[{name}] "
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        pending = b""
+        with open(self.path, "rb") as handle:
+            while True:
+                chunk = handle.read(64 * 1024)
+                if chunk:
+                    *lines, pending = (pending + chunk).split(b"\n")
+                    for line in lines:
+                        _say(self.prefix + line.decode(errors="replace"))
+                elif self.halt.is_set():
+                    break
+                else:
+                    self.halt.wait(0.1)
+        if pending:
+            _say(self.prefix + pending.decode(errors="replace"))
+
+
+@dataclass(eq=False)
+class RoleProcess:
+    """One started role process (the manager owns it; read, don't signal)."""
+
+    spec: ProcessSpec
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    started_at: float
+    """``time.monotonic()`` at launch."""
+    pidfd: int
+    ready_after_s: float | None = None
+    """Seconds from launch to ready, once ready."""
+    echo: _LogEcho | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def exit_code(self) -> int | None:
+        """The exit code once exited (negative: signal); never reaps the child."""
+        if self.popen.returncode is not None:
+            return self.popen.returncode
+        flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+        info = os.waitid(os.P_PID, self.pid, flags)
+        if info is None:
+            return None
+        if info.si_code == os.CLD_EXITED:
+            return info.si_status
+        return -info.si_status
+
+
+# ------------------------------------------------------------------ manager
+
+
+class ProcessManager(AbstractContextManager["ProcessManager"]):
+    """Starts role processes, waits until they serve, and tears them down.
+
+    Every child runs in its own session with the run markers in its
+    environment; its output goes to ``<run_dir>/<role>-<rank>.log`` and, with
+    ``echo``, to stderr prefixed ``[role:rank]``. :meth:`stop` (also run on
+    leaving the ``with`` block) never raises for process trouble: it returns a
+    :class:`TeardownRecord`.
+    """
+
+    def __init__(
+        self,
+        run_id: str,
+        run_dir: Path,
+        *,
+        scenario_id: str,
+        marker_scan: bool = False,
+        grace_s: float = 15.0,
+        kill_wait_s: float = 5.0,
+        marker_scan_rounds: int = 5,
+        echo: bool = True,
+        progress_every_s: float | None = 5.0,
+    ) -> None:
+        if not _RUN_ID_RE.match(run_id):
+            raise ValueError(f"run_id must match {_RUN_ID_RE.pattern}, got {run_id!r}")
+        if marker_scan and scenario_id not in policy.MARKER_SCAN_SCENARIOS:
+            allowed = ", ".join(sorted(policy.MARKER_SCAN_SCENARIOS))
+            raise ValueError(
+                f"scenario {scenario_id!r} may not use the marker-scan teardown "
+                f"exception; only policy.MARKER_SCAN_SCENARIOS may: {allowed}"
+            )
+        if not hasattr(os, "pidfd_open"):
+            raise RuntimeError("afd-e2e needs Linux >= 5.3 (os.pidfd_open)")
+        self.run_id = run_id
+        self.run_dir = Path(run_dir)
+        self.scenario_id = scenario_id
+        self.marker_scan = marker_scan
+        self.grace_s = grace_s
+        self.kill_wait_s = kill_wait_s
+        self.marker_scan_rounds = marker_scan_rounds
+        self.echo = echo
+        self.progress_every_s = progress_every_s
+        self._procs: list[RoleProcess] = []
+        self._record: TeardownRecord | None = None
+
+    # -- starting
+
+    @property
+    def processes(self) -> tuple[RoleProcess, ...]:
+        return tuple(self._procs)
+
+    def start(self, spec: ProcessSpec) -> RoleProcess:
+        """Launch one role process in its own session; returns at once."""
+        if self._record is not None:
+            raise RuntimeError("this ProcessManager was already torn down")
+        if any(p.name == spec.name for p in self._procs):
+            raise ValueError(f"{spec.name} is already started")
+        markers = {policy.RUN_ID_ENV: self.run_id, policy.PROCESS_ROLE_ENV: spec.name}
+        wrong = [
+            f"{key}={spec.env[key]!r} (the manager sets {value!r})"
+            for key, value in markers.items()
+            if key in spec.env and spec.env[key] != value
+        ]
+        if wrong:
+            raise ValueError(f"{spec.name}: env sets {'; '.join(wrong)}")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.run_dir / spec.log_name
+        env = {**os.environ, **spec.env, **markers}
+        with _shielded(deliver=True):
+            with open(log_path, "ab") as log:
+                try:
+                    popen = subprocess.Popen(
+                        list(spec.argv),
+                        env=env,
+                        cwd=spec.cwd,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                except OSError as exc:
+                    raise RoleError(
+                        f"{spec.name}: cannot start {spec.argv[0]!r}: {exc}",
+                        [spec.name],
+                    ) from exc
+            proc = RoleProcess(
+                spec, popen, log_path, time.monotonic(), os.pidfd_open(popen.pid)
+            )
+            self._procs.append(proc)
+            if self.echo:
+                proc.echo = _LogEcho(log_path, spec.name)
+                proc.echo.start()
+        logger.info("started %s as pid %d, log %s", spec.name, popen.pid, log_path)
+        return proc
+
+    def commands(self) -> dict[str, dict[str, Any]]:
+        """Per ``role:rank``: argv, extra env, cwd, log file and pid."""
+        return {
+            p.name: {
+                "argv": list(p.spec.argv),
+                "env": dict(p.spec.env),
+                "cwd": None if p.spec.cwd is None else str(p.spec.cwd),
+                "log": str(p.log_path),
+                "pid": p.pid,
+            }
+            for p in self._procs
+        }
+
+    # -- readiness
+
+    def check_alive(self, during: str = "the run") -> None:
+        """Raise :class:`ProcessDiedError` for the first role process that exited."""
+        for proc in self._procs:
+            code = proc.exit_code()
+            if code is None:
+                continue
+            elapsed = time.monotonic() - proc.started_at
+            tail = tail_lines(proc.log_path, LOG_TAIL_LINES)
+            raise ProcessDiedError(
+                proc.name,
+                code,
+                proc.log_path,
+                tail,
+                f"{proc.name} (pid {proc.pid}) exited with code {code} during "
+                f"{during}, {elapsed:.1f} s after launch; last {len(tail)} lines "
+                f"of {proc.log_path}:\n{_quote(tail)}",
+            )
+
+    def wait_ready(
+        self,
+        probes: Mapping[str, Probe | None],
+        timeout_s: float,
+        *,
+        poll_s: float = 0.2,
+    ) -> dict[str, float]:
+        """Poll until every process is ready; returns ``role:rank`` -> seconds.
+
+        A process without a probe (or a None probe) is ready while alive. Each
+        poll first checks every child: one that exited raises
+        :class:`ProcessDiedError` at once. Past ``timeout_s``,
+        :class:`ReadinessTimeoutError` names every role not ready.
+        """
+        known = {p.name: p for p in self._procs}
+        unknown = sorted(set(probes) - set(known))
+        if unknown:
+            raise ValueError(f"probes for processes never started: {unknown}")
+        start = time.monotonic()
+        deadline = start + timeout_s
+        next_progress = start + (self.progress_every_s or math.inf)
+        pending = {
+            name: probes.get(name)
+            for name, proc in known.items()
+            if proc.ready_after_s is None
+        }
+        seen: dict[str, str] = {}
+        while True:
+            self.check_alive("start-up")
+            for name in list(pending):
+                probe = pending[name]
+                result = probe() if probe else ProbeResult(True, "alive (no probe)")
+                seen[name] = result.detail
+                if result.ready:
+                    proc = known[name]
+                    proc.ready_after_s = time.monotonic() - proc.started_at
+                    logger.info("%s ready after %.1f s", name, proc.ready_after_s)
+                    del pending[name]
+            now = time.monotonic()
+            if not pending:
+                self.check_alive("start-up")
+                return {n: p.ready_after_s or 0.0 for n, p in known.items()}
+            if now >= deadline:
+                raise self._not_ready(pending, seen, now - start)
+            if now >= next_progress:
+                next_progress = now + (self.progress_every_s or math.inf)
+                for name in pending:
+                    last = tail_lines(known[name].log_path, 1)
+                    _say(
+                        f"afd-e2e: waiting for {name}: {now - start:.0f} s, "
+                        f"{seen.get(name, 'not probed yet')}; last log line: "
+                        f"{last[0] if last else '(none)'!r}"
+                    )
+            time.sleep(max(0.0, min(poll_s, deadline - now)))
+
+    def _not_ready(
+        self, pending: Mapping[str, object], seen: Mapping[str, str], waited: float
+    ) -> ReadinessTimeoutError:
+        parts = []
+        for proc in self._procs:
+            if proc.name in pending:
+                tail = tail_lines(proc.log_path, NOT_READY_TAIL_LINES)
+                parts.append(
+                    f"{proc.name} not ready (last probe: {seen.get(proc.name)}); "
+                    f"last {len(tail)} lines of {proc.log_path}:\n{_quote(tail)}"
+                )
+        names = ", ".join(pending)
+        return ReadinessTimeoutError(
+            f"not ready after {waited:.1f} s: {names}\n" + "\n".join(parts),
+            list(pending),
+        )
+
+    # -- teardown
+
+    @property
+    def teardown_record(self) -> TeardownRecord | None:
+        return self._record
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def stop(self) -> TeardownRecord:
+        """Tear everything down (idempotent); signals are deferred meanwhile."""
+        if self._record is None:
+            with _shielded(deliver=False):
+                try:
+                    self._record = self._teardown()
+                except BaseException as exc:  # a harness bug: fail, never retry
+                    self._record = TeardownRecord(self.grace_s, self.marker_scan)
+                    self._record.errors.append(f"teardown crashed: {exc!r}")
+                    raise
+            for problem in self._record.problems():
+                logger.error("teardown: %s", problem)
+        return self._record
+
+    def _teardown(self) -> TeardownRecord:
+        began = time.monotonic()
+        record = TeardownRecord(grace_s=self.grace_s, marker_scan=self.marker_scan)
+        targets: dict[tuple[int, float], _Target] = {}
+        try:
+            self._snapshot(targets)
+            deadline = began + self.grace_s
+            self._terminate(targets.values(), record, groups=True)
+            while True:  # late arrivals (forked after the snapshot) get SIGTERM too
+                _wait_exit(targets.values(), deadline)
+                fresh = self._adopt(self._scan(groups=True), targets)
+                if not fresh or time.monotonic() >= deadline:
+                    break
+                self._terminate(fresh, record, groups=False)
+            if self.marker_scan and any(t.alive() for t in targets.values()):
+                self._marker_kill(targets, record)
+            survivors = [t for t in targets.values() if t.alive()]
+            if survivors:
+                record.escalated = [t.record() for t in survivors]
+                self._signal_groups(signal.SIGKILL)
+                for target in survivors:
+                    target.send(signal.SIGKILL)
+                _wait_exit(survivors, time.monotonic() + self.kill_wait_s)
+                record.errors += [
+                    f"survived SIGKILL: {t.record().describe()}"
+                    for t in survivors
+                    if t.alive()
+                ]
+            self._reap(record)
+            record.leaks = [t.record() for t in self._scan(groups=False)]
+        finally:
+            for target in targets.values():
+                target.close()
+            for proc in self._procs:
+                if proc.echo is not None:
+                    proc.echo.halt.set()
+                    proc.echo.join(timeout=2.0)
+                os.close(proc.pidfd)
+        record.duration_s = time.monotonic() - began
+        return record
+
+    def _snapshot(self, targets: dict[tuple[int, float], _Target]) -> None:
+        """Before any signal: each role's process tree (one psutil pass) plus
+        every live process with this run's marker or in a role's group."""
+        children: dict[int, list[psutil.Process]] = {}
+        for process in psutil.process_iter(["ppid"]):
+            children.setdefault(process.info["ppid"], []).append(process)
+        for proc in self._procs:
+            root = _Target(os.dup(proc.pidfd), proc.pid, proc.name, "child")
+            self._adopt([root], targets)
+            stack = list(children.get(proc.pid, []))
+            while stack:
+                child = stack.pop()
+                stack += children.get(child.pid, [])
+                target = _Target.pin(child.pid, proc.name, "tree")
+                if target is None:
+                    continue
+                if target.create_time == child.create_time():
+                    self._adopt([target], targets)
+                else:  # the pid was reused since the psutil pass
+                    target.close()
+        self._adopt(self._scan(groups=True), targets)
+
+    @staticmethod
+    def _adopt(
+        found: Iterable[_Target], targets: dict[tuple[int, float], _Target]
+    ) -> list[_Target]:
+        """Add new targets, close duplicates; returns the new ones."""
+        fresh = []
+        for target in found:
+            if target.key in targets:
+                target.close()
+            else:
+                targets[target.key] = target
+                fresh.append(target)
+        return fresh
+
+    def _scan(self, *, groups: bool, ffn_only: bool = False) -> list[_Target]:
+        """Live processes with this run's marker (and, with ``groups``, the
+        members of unreaped role groups). Each pid is pinned by pidfd_open
+        before its environ is read, so a recycled pid is never signalled."""
+        pgids = {}
+        if groups:
+            live = self._live_groups()
+            pgids = {p.pid: p.name for p in self._procs if p.pid in live}
+        found = []
+        own = os.getpid()
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == own:
+                continue
+            pid = int(entry)
+            fd = _pidfd(pid)
+            if fd is None:
+                continue
+            try:
+                run_id, role = _markers(pid)
+                if run_id == self.run_id and (
+                    not ffn_only or (role or "").startswith("ffn:")
+                ):
+                    target = _Target(fd, pid, role or "?", "marker")
+                elif pgids and (pgid := os.getpgid(pid)) in pgids:
+                    target = _Target(fd, pid, pgids[pgid], "group")
+                else:
+                    os.close(fd)
+                    continue
+            except (OSError, psutil.Error):
+                os.close(fd)
+                continue
+            if target.alive():
+                found.append(target)
+            else:
+                target.close()
+        return found
+
+    def _live_groups(self) -> set[int]:
+        """Role process groups; an unreaped leader keeps its pgid from reuse."""
+        return {p.pid for p in self._procs if p.popen.returncode is None}
+
+    def _signal_groups(self, signum: int) -> None:
+        for pgid in self._live_groups():
+            with suppress(ProcessLookupError):
+                os.killpg(pgid, signum)
+
+    def _terminate(
+        self, targets: Iterable[_Target], record: TeardownRecord, *, groups: bool
+    ) -> None:
+        """SIGTERM each live target once: role groups through killpg (with
+        ``groups``), every other target (escaped, marked) through its pidfd."""
+        signalled = self._live_groups() if groups else set()
+        alive = [t for t in targets if t.alive()]
+        record.terminated += [t.record() for t in alive]
+        if groups:
+            self._signal_groups(signal.SIGTERM)
+        for target in alive:
+            if target.pgid not in signalled:
+                target.send(signal.SIGTERM)
+
+    def _marker_kill(
+        self, targets: dict[tuple[int, float], _Target], record: TeardownRecord
+    ) -> None:
+        """The marker-scan exception: SIGKILL FFN survivors via pidfd, bounded."""
+        killed: set[tuple[int, float]] = set()
+        for _ in range(self.marker_scan_rounds):
+            found = self._scan(groups=False, ffn_only=True)
+            if not found:
+                return
+            for target in found:
+                if target.send(signal.SIGKILL) and target.key not in killed:
+                    killed.add(target.key)
+                    record.marker_killed.append(target.record())
+                    logger.warning(
+                        "marker scan: SIGKILL %s", target.record().describe()
+                    )
+            _wait_exit(found, time.monotonic() + min(1.0, self.kill_wait_s))
+            self._adopt(found, targets)
+
+    def _reap(self, record: TeardownRecord) -> None:
+        for proc in self._procs:
+            try:
+                proc.popen.wait(timeout=max(0.1, self.kill_wait_s))
+            except subprocess.TimeoutExpired:
+                record.errors.append(f"{proc.name} (pid {proc.pid}) was not reaped")
+            record.exit_codes[proc.name] = proc.popen.returncode

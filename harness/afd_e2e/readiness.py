@@ -1,0 +1,128 @@
+"""Readiness probes: is a role server serving yet? One call is one attempt.
+
+Stdlib only (urllib, no proxies, no retries); the process manager does the polling.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """The outcome of one probe attempt."""
+
+    ready: bool
+    detail: str
+    """What the attempt saw, e.g. ``GET /health: HTTP 503``; shown in progress."""
+
+
+Probe = Callable[[], ProbeResult]
+"""A readiness probe: one attempt per call, never retries, never raises."""
+
+# Requests go straight to the role servers, never through an environment proxy.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def _request(
+    url: str, timeout_s: float, body: dict[str, object] | None = None
+) -> tuple[int, bytes]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        url,
+        data=data,
+        method="GET" if body is None else "POST",
+        headers={"Content-Type": "application/json"} if body is not None else {},
+    )
+    try:
+        with _OPENER.open(request, timeout=timeout_s) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, b""
+
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, OSError):
+        exc = exc.reason
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def probe_health(base_url: str, *, timeout_s: float = 2.0) -> ProbeResult:
+    """One ``GET {base_url}/health``; ready on HTTP 200."""
+    try:
+        status, _ = _request(f"{base_url}/health", timeout_s)
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        return ProbeResult(False, f"GET /health: {_error_text(exc)}")
+    return ProbeResult(status == 200, f"GET /health: HTTP {status}")
+
+
+def probe_completion(
+    base_url: str, model: str, *, timeout_s: float = 30.0
+) -> ProbeResult:
+    """One greedy 1-token ``POST /v1/completions``; ready on 200 with choices."""
+    body: dict[str, object] = {
+        "model": model,
+        "prompt": "Hello",
+        "max_tokens": 1,
+        "temperature": 0,
+    }
+    where = "POST /v1/completions"
+    try:
+        status, raw = _request(f"{base_url}/v1/completions", timeout_s, body)
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        return ProbeResult(False, f"{where}: {_error_text(exc)}")
+    if status != 200:
+        return ProbeResult(False, f"{where}: HTTP {status}")
+    try:
+        choices = json.loads(raw).get("choices")
+    except (ValueError, AttributeError):
+        return ProbeResult(False, f"{where}: HTTP 200 but the body is not JSON")
+    if not isinstance(choices, list) or not choices:
+        return ProbeResult(False, f"{where}: HTTP 200 but no choices")
+    return ProbeResult(True, f"{where}: HTTP 200, {len(choices)} choice(s)")
+
+
+def attention_api_probe(
+    base_url: str,
+    model: str,
+    *,
+    health_timeout_s: float = 2.0,
+    completion_timeout_s: float = 30.0,
+) -> Probe:
+    """Ready when ``/health`` is 200 AND one 1-token completion returns choices."""
+
+    def probe() -> ProbeResult:
+        health = probe_health(base_url, timeout_s=health_timeout_s)
+        if not health.ready:
+            return health
+        return probe_completion(base_url, model, timeout_s=completion_timeout_s)
+
+    return probe
+
+
+def health_probe(base_url: str, *, timeout_s: float = 2.0) -> Probe:
+    """Ready when ``GET /health`` is 200 (for servers users never talk to)."""
+    return lambda: probe_health(base_url, timeout_s=timeout_s)
+
+
+def tcp_probe(host: str, port: int, *, timeout_s: float = 1.0) -> Probe:
+    """Ready when a TCP connection to ``host:port`` is accepted."""
+
+    def probe() -> ProbeResult:
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                return ProbeResult(True, f"tcp {host}:{port}: accepted")
+        except OSError as exc:
+            return ProbeResult(False, f"tcp {host}:{port}: {_error_text(exc)}")
+
+    return probe

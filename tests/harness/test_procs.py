@@ -1,0 +1,387 @@
+"""The process manager against fake role servers: start, readiness, teardown.
+
+Every test ends by proving no process with its run id is left in /proc.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from afd_e2e import policy
+from afd_e2e.procs import (
+    ProcessDiedError,
+    ProcessManager,
+    ProcessSpec,
+    ReadinessTimeoutError,
+)
+from afd_e2e.readiness import Probe, ProbeResult, attention_api_probe
+
+FAKES = Path(__file__).with_name("fake_servers")
+SERVER = FAKES / "role_server.py"
+DRIVER = FAKES / "driver.py"
+ALLOWED = sorted(policy.MARKER_SCAN_SCENARIOS)[0]
+
+
+def marked_pids(run_id: str) -> list[int]:
+    """Live processes whose environ carries this run id (read independently)."""
+    needle = f"{policy.RUN_ID_ENV}={run_id}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(int(entry))
+    return found
+
+
+@pytest.fixture
+def run_id() -> Iterator[str]:
+    """A unique run id; afterwards no process may carry it."""
+    rid = f"test-{uuid.uuid4().hex[:12]}"
+    yield rid
+    left = marked_pids(rid)
+    for pid in left:  # clean up before failing, so one bug fails one test
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        signal.pidfd_send_signal(fd, signal.SIGKILL)
+        os.close(fd)
+    assert not left, f"processes left behind with run id {rid}: {left}"
+
+
+def manager(run_id: str, tmp_path: Path, **options: object) -> ProcessManager:
+    settings: dict[str, object] = {
+        "scenario_id": "test",
+        "grace_s": 2.0,
+        "kill_wait_s": 2.0,
+        "echo": False,
+        "progress_every_s": None,
+    }
+    settings.update(options)
+    return ProcessManager(run_id, tmp_path / "run", **settings)  # type: ignore[arg-type]
+
+
+def fake(role: str, *flags: str, rank: int = 0) -> ProcessSpec:
+    return ProcessSpec(role, rank, [sys.executable, str(SERVER), *flags])
+
+
+def served(port_file: Path) -> Probe:
+    """The attention API probe, once the fake server has written its port."""
+
+    def probe() -> ProbeResult:
+        if not port_file.exists():
+            return ProbeResult(False, "no port yet")
+        return attention_api_probe(f"http://127.0.0.1:{port_file.read_text()}", "m")()
+
+    return probe
+
+
+def environ_of(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(e.decode().partition("=")[::2] for e in raw if e)
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_cooperative_roles_serve_and_stop_on_sigterm(run_id: str, tmp_path: Path):
+    port = tmp_path / "attention.port"
+    with manager(run_id, tmp_path) as procs:
+        attention = procs.start(fake("attention", "--port-file", str(port)))
+        ffn_port = tmp_path / "ffn.port"
+        ffn = procs.start(fake("ffn", "--child", "--port-file", str(ffn_port)))
+        probes = {"attention:0": served(port), "ffn:0": served(ffn_port)}
+        ready = procs.wait_ready(probes, timeout_s=20)
+        assert set(ready) == {"attention:0", "ffn:0"}
+        env = environ_of(ffn.pid)
+        assert env[policy.RUN_ID_ENV] == run_id
+        assert env[policy.PROCESS_ROLE_ENV] == "ffn:0"
+        assert os.getpgid(attention.pid) == attention.pid  # its own group
+        assert os.getsid(attention.pid) == attention.pid  # its own session
+        grandchild = psutil.Process(ffn.pid).children()[0].pid
+    record = procs.teardown_record
+    assert record is not None and record.ok, record.problems()
+    assert record.escalated == [] and record.leaks == []
+    stopped = {(p.pid, p.found_by) for p in record.terminated}
+    assert {(attention.pid, "child"), (ffn.pid, "child")} <= stopped
+    assert (grandchild, "tree") in stopped
+    assert record.exit_codes == {"attention:0": -15, "ffn:0": -15}
+    assert gone(grandchild)
+    log = (tmp_path / "run" / "attention-0.log").read_text()
+    assert "serving on 127.0.0.1:" in log and "POST /v1/completions" in log
+
+
+def test_role_ignoring_sigterm_fails_teardown_and_is_named(run_id: str, tmp_path: Path):
+    procs = manager(run_id, tmp_path, grace_s=0.5)
+    ffn_port, port = tmp_path / "f", tmp_path / "a"
+    ffn = procs.start(fake("ffn", "--ignore-sigterm", "--port-file", str(ffn_port)))
+    procs.start(fake("attention", "--port-file", str(port)))
+    procs.wait_ready({"attention:0": served(port), "ffn:0": served(ffn_port)}, 20)
+    began = time.monotonic()
+    record = procs.stop()
+    assert time.monotonic() - began >= 0.5  # the grace period was honoured
+    assert not record.ok
+    assert [(p.pid, p.name) for p in record.escalated] == [(ffn.pid, "ffn:0")]
+    assert "--ignore-sigterm" in record.escalated[0].cmdline
+    assert any(
+        "needed SIGKILL" in line and f"pid {ffn.pid}" in line
+        for line in record.problems()
+    )
+    assert record.exit_codes["ffn:0"] == -9
+    assert record.exit_codes["attention:0"] == -15
+
+
+def test_double_forked_grandchild_escaping_the_group_is_found_by_marker(
+    run_id: str, tmp_path: Path
+):
+    port, escaped = tmp_path / "p", tmp_path / "escaped.pid"
+    procs = manager(run_id, tmp_path)
+    ffn = procs.start(
+        fake("ffn", "--port-file", str(port), "--escape-pid-file", str(escaped))
+    )
+    procs.wait_ready({"ffn:0": served(port)}, timeout_s=20)
+    assert escaped.exists()  # written before the server listens
+    runaway = int(escaped.read_text())
+    assert os.getsid(runaway) != ffn.pid  # out of the session and group
+    assert runaway not in {c.pid for c in psutil.Process(ffn.pid).children(True)}
+    record = procs.stop()
+    assert record.ok, record.problems()
+    assert (runaway, "ffn:0", "marker") in {
+        (p.pid, p.name, p.found_by) for p in record.terminated
+    }
+    assert gone(runaway)
+
+
+def test_role_dying_during_startup_fails_fast_with_its_log_tail(
+    run_id: str, tmp_path: Path
+):
+    procs = manager(run_id, tmp_path)
+    procs.start(fake("ffn", "--port-file", str(tmp_path / "f")))
+    procs.start(fake("attention", "--die-after-s", "0.3"))
+    began = time.monotonic()
+    with pytest.raises(ProcessDiedError) as caught:
+        procs.wait_ready({"attention:0": served(tmp_path / "never")}, timeout_s=30)
+    assert time.monotonic() - began < 10  # far from the 30 s deadline
+    error = caught.value
+    assert error.names == ("attention:0",) and error.returncode == 3
+    assert "attention:0" in str(error) and "exited with code 3" in str(error)
+    assert "fatal: cannot load the model weights" in str(error)
+    assert "fake role server pid" in error.log_tail[0]
+    record = procs.stop()
+    assert record.ok, record.problems()
+    assert record.exit_codes["attention:0"] == 3
+
+
+def test_role_dying_after_readiness_is_reported_by_check_alive(
+    run_id: str, tmp_path: Path
+):
+    with manager(run_id, tmp_path) as procs:
+        procs.start(fake("ffn", "--die-after-s", "0.5"))
+        assert procs.wait_ready({}, timeout_s=5) == {"ffn:0": pytest.approx(0, abs=1)}
+        deadline = time.monotonic() + 10
+        with pytest.raises(ProcessDiedError, match=r"ffn:0 \(pid \d+\) exited with"):
+            while time.monotonic() < deadline:
+                procs.check_alive()
+                time.sleep(0.05)
+    assert procs.teardown_record is not None and procs.teardown_record.ok
+
+
+def test_role_never_ready_is_named_when_the_deadline_passes(
+    run_id: str, tmp_path: Path
+):
+    ffn_port, port = tmp_path / "f", tmp_path / "a"
+    with manager(run_id, tmp_path) as procs:
+        procs.start(fake("ffn", "--port-file", str(ffn_port)))
+        procs.start(fake("attention", "--port-file", str(port), "--never-ready"))
+        probes = {"ffn:0": served(ffn_port), "attention:0": served(port)}
+        with pytest.raises(ReadinessTimeoutError) as caught:
+            procs.wait_ready(probes, timeout_s=1.0, poll_s=0.05)
+    assert caught.value.names == ("attention:0",)
+    message = str(caught.value)
+    assert message.startswith("not ready after 1.0 s: attention:0\n")
+    assert "GET /health: HTTP 503" in message and "ffn:0" not in message
+    assert "  | GET /health" in message  # its log tail, quoted
+    assert procs.teardown_record is not None and procs.teardown_record.ok
+
+
+def test_progress_and_prefixed_output_go_to_stderr(
+    run_id: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    port = tmp_path / "a"
+    with manager(run_id, tmp_path, echo=True, progress_every_s=0.2) as procs:
+        procs.start(fake("attention", "--port-file", str(port), "--startup-s", "0.6"))
+        procs.wait_ready({"attention:0": served(port)}, timeout_s=20, poll_s=0.05)
+    err = capsys.readouterr().err
+    assert "[attention:0] fake role server pid" in err
+    assert "[attention:0] serving on 127.0.0.1:" in err
+    assert "afd-e2e: waiting for attention:0: " in err
+    assert "last log line: 'fake role server pid" in err
+
+
+def start_driver(run_id: str, tmp_path: Path, *flags: str) -> subprocess.Popen[str]:
+    driver = subprocess.Popen(
+        [
+            sys.executable,
+            str(DRIVER),
+            "--run-id",
+            run_id,
+            "--run-dir",
+            str(tmp_path / "run"),
+            *flags,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=(tmp_path / "driver.err").open("w"),
+        text=True,
+    )
+    assert driver.stdout is not None
+    ready, _, _ = select.select([driver.stdout], [], [], 20)
+    assert ready and driver.stdout.readline() == "READY\n", (
+        tmp_path / "driver.err"
+    ).read_text()
+    return driver
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["INT", "TERM"])
+def test_signal_to_the_harness_still_tears_down_and_exits_130(
+    run_id: str, tmp_path: Path, signum: signal.Signals
+):
+    driver = start_driver(run_id, tmp_path)
+    assert len(marked_pids(run_id)) == 2  # both fake roles are up
+    driver.send_signal(signum)
+    out, _ = driver.communicate(timeout=20)
+    assert driver.returncode == 130
+    assert out == "TEARDOWN ok\n"
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["outcome"] == "interrupted" and results["exit_code"] == 130
+    assert results["interrupted_by"] == signum.name
+    assert results["teardown"]["ok"] is True
+    roles = sorted(p["name"] for p in results["teardown"]["terminated"])
+    assert roles == ["attention:0", "ffn:0"]
+
+
+def test_second_ctrl_c_does_not_cut_teardown_short(run_id: str, tmp_path: Path):
+    driver = start_driver(run_id, tmp_path, "--ffn-ignores-sigterm", "--grace-s", "0.8")
+    driver.send_signal(signal.SIGINT)
+    time.sleep(0.2)  # teardown is now inside its grace period
+    driver.send_signal(signal.SIGINT)
+    out, _ = driver.communicate(timeout=20)
+    assert driver.returncode == 130  # interrupted outranks the teardown failure
+    assert out == "TEARDOWN failed\n"
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert [p["name"] for p in results["teardown"]["escalated"]] == ["ffn:0"]
+    assert "tearing down, wait" in (tmp_path / "driver.err").read_text()
+
+
+def test_marker_scan_exception_kills_ffn_by_pidfd_and_passes(
+    run_id: str, tmp_path: Path
+):
+    port = tmp_path / "a"
+    procs = manager(
+        run_id, tmp_path, scenario_id=ALLOWED, marker_scan=True, grace_s=0.5
+    )
+    ffn_port = tmp_path / "f"
+    ffn = procs.start(fake("ffn", "--ignore-sigterm", "--port-file", str(ffn_port)))
+    procs.start(fake("attention", "--port-file", str(port)))
+    procs.wait_ready({"attention:0": served(port), "ffn:0": served(ffn_port)}, 20)
+    record = procs.stop()
+    assert record.ok, record.problems()
+    assert [(p.pid, p.name, p.found_by) for p in record.marker_killed] == [
+        (ffn.pid, "ffn:0", "marker")
+    ]
+    assert record.escalated == []
+    assert record.exit_codes["ffn:0"] == -9
+
+
+def test_marker_scan_exception_never_covers_attention(run_id: str, tmp_path: Path):
+    procs = manager(
+        run_id, tmp_path, scenario_id=ALLOWED, marker_scan=True, grace_s=0.3
+    )
+    port = tmp_path / "a"
+    attention = procs.start(
+        fake("attention", "--ignore-sigterm", "--port-file", str(port))
+    )
+    procs.wait_ready({"attention:0": served(port)}, timeout_s=20)
+    record = procs.stop()
+    assert not record.ok
+    assert record.marker_killed == []
+    assert [(p.pid, p.name) for p in record.escalated] == [
+        (attention.pid, "attention:0")
+    ]
+
+
+def test_marker_scan_exception_is_refused_for_other_scenarios(
+    run_id: str, tmp_path: Path
+):
+    with pytest.raises(ValueError, match="'cpu-eager-1a1f' may not use the marker"):
+        manager(run_id, tmp_path, scenario_id="cpu-eager-1a1f", marker_scan=True)
+    assert not (tmp_path / "run").exists()
+
+
+def test_processes_of_other_runs_are_never_signalled(run_id: str, tmp_path: Path):
+    other = f"{run_id}-other"
+    env = {
+        **os.environ,
+        policy.RUN_ID_ENV: other,
+        policy.PROCESS_ROLE_ENV: "ffn:0",
+    }
+    bystander = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        procs = manager(
+            run_id, tmp_path, scenario_id=ALLOWED, marker_scan=True, grace_s=0.3
+        )
+        port = tmp_path / "f"
+        procs.start(fake("ffn", "--ignore-sigterm", "--port-file", str(port)))
+        procs.wait_ready({"ffn:0": served(port)}, timeout_s=20)
+        record = procs.stop()
+        assert record.ok, record.problems()
+        assert bystander.poll() is None  # still running
+        touched = {p.pid for p in record.terminated + record.marker_killed}
+        assert bystander.pid not in touched
+    finally:
+        bystander.kill()
+        bystander.wait()
+    assert marked_pids(other) == []
+
+
+def test_spec_lists_every_problem_at_once():
+    with pytest.raises(ValueError) as caught:
+        ProcessSpec("Attention:", -1, [])
+    message = str(caught.value)
+    assert "role must match" in message and "rank must be >= 0" in message
+    assert "argv must be a non-empty list" in message
+
+
+def test_markers_in_a_spec_must_match_the_run(run_id: str, tmp_path: Path):
+    procs = manager(run_id, tmp_path)
+    stale = {policy.RUN_ID_ENV: "some-other-run"}
+    with pytest.raises(ValueError, match=f"ffn:0: env sets {policy.RUN_ID_ENV}="):
+        procs.start(ProcessSpec("ffn", 0, ["true"], env=stale))
+    same = {policy.RUN_ID_ENV: run_id, policy.PROCESS_ROLE_ENV: "ffn:0"}
+    ffn = procs.start(ProcessSpec("ffn", 0, ["true"], env=same))
+    assert procs.stop().exit_codes == {"ffn:0": 0}
+    assert ffn.log_path.read_text() == ""
