@@ -57,8 +57,15 @@ class LaunchPlan:
 
     @property
     def api(self) -> RoleLaunch:
-        """The server users (and checks) talk to."""
-        return next(r for r in self.roles if r.role in ("attention", "baseline"))
+        """The server users (and checks) talk to: attention, else the baseline."""
+        for wanted in ("attention", "baseline"):
+            for r in self.roles:
+                if r.role == wanted:
+                    return r
+        raise ValueError("a plan without an attention or baseline server")
+
+    def role(self, name: str) -> RoleLaunch | None:
+        return next((r for r in self.roles if r.role == name), None)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -126,7 +133,8 @@ def _graph_args(scenario: Scenario) -> list[str]:
 def _env(
     scenario: Scenario, role: str, topo: RoleTopology, run_id: str, rank: int
 ) -> dict[str, str]:
-    env = {"VLLM_PLUGINS": "afd"} if scenario.afd else {"VLLM_PLUGINS": ""}
+    # A colocated server loads no plugin at all, so it is vLLM as shipped.
+    env = {"VLLM_PLUGINS": "afd" if role in ("attention", "ffn") else ""}
     device_env = DEVICE_ENV.get(scenario.backend)
     if device_env:
         env[device_env] = ",".join(str(d) for d in topo.devices)
@@ -156,8 +164,11 @@ def build_plan(
     afd_port = scenario.ports.afd or (free_port() if scenario.afd else None)
     next_api = scenario.ports.api
     plan = LaunchPlan(scenario_id, run_id, run_dir, model_path, served, afd_port)
-    for role in start_order(scenario):
-        topo = scenario.topology.attention if role != "ffn" else scenario.topology.ffn
+    roles = list(start_order(scenario))
+    if scenario.afd and scenario.checks.parity is not None:
+        roles.insert(0, "baseline")  # the colocated reference runs beside AFD
+    for role in roles:
+        topo = scenario.topology.ffn if role == "ffn" else scenario.topology.attention
         assert topo is not None
         api_port = next_api if next_api is not None else free_port()
         if next_api is not None:
@@ -177,7 +188,7 @@ def build_plan(
         ]
         argv += _parallel_args(topo, free_port() if topo.dp > 1 else None)
         argv += _graph_args(scenario)
-        if scenario.afd:
+        if role != "baseline":
             assert afd_port is not None
             extra = additional_config(scenario, role, HOST, afd_port)
             parse_afd_config(extra)  # the server's own parser; raises on bad input
@@ -185,9 +196,8 @@ def build_plan(
         argv += scenario.roles.common.args
         if role in ("attention", "ffn"):
             argv += getattr(scenario.roles, role).args
-        plan.roles.append(
-            RoleLaunch(role, 0, argv, _env(scenario, role, topo, run_id, 0), api_port)
-        )
+        env = _env(scenario, role, topo, run_id, 0)
+        plan.roles.append(RoleLaunch(role, 0, argv, env, api_port))
     return plan
 
 

@@ -61,7 +61,7 @@ def test_dry_run_plan(scenario_id: str, tmp_path: Path, capsys) -> None:
         }
         if scenario.backend in device_env:
             assert env[device_env[scenario.backend]] == ",".join(map(str, topo.devices))
-        if scenario.afd:
+        if role["role"] != "baseline":
             extra = json.loads(argv[argv.index("--additional-config") + 1])
             cfg = parse_afd_config(extra)
             assert cfg is not None and cfg.role == role["role"]
@@ -74,6 +74,10 @@ def test_dry_run_plan(scenario_id: str, tmp_path: Path, capsys) -> None:
         else:
             assert scenario.graph.mode in argv[argv.index("--compilation-config") + 1]
     order = [r["role"] for r in roles]
+    if scenario.afd and scenario.checks.parity is not None:
+        assert order[0] == "baseline"
+        assert roles[0]["env"]["VLLM_PLUGINS"] == ""
+        order = order[1:]
     if not scenario.afd:
         assert order == ["baseline"]
     elif scenario.connector.name == "CAMAsyncAFDConnector":
@@ -89,7 +93,7 @@ def test_default_scenario_is_the_cpu_main_job(tmp_path: Path, capsys) -> None:
     out = capsys.readouterr().out
     assert code == 0
     assert out.startswith("scenario cpu-eager-1a1f")
-    assert "start order: ffn-0 -> attention-0" in out
+    assert "start order: baseline-0 -> ffn-0 -> attention-0" in out
     assert str(tmp_path / "tiny-deepseek_v2-") in out
 
 

@@ -31,11 +31,18 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--child", action="store_true", help="spawn a plain child in its group"
     )
+    parser.add_argument(
+        "--token-offset",
+        type=int,
+        default=0,
+        help="shift the greedy token ids it answers (a diverging 'model')",
+    )
     return parser.parse_args()
 
 
 class Handler(BaseHTTPRequestHandler):
     never_ready = False
+    token_offset = 0
 
     def _send(self, status: int, body: dict[str, object]) -> None:
         raw = json.dumps(body).encode()
@@ -57,13 +64,24 @@ class Handler(BaseHTTPRequestHandler):
         if self.path != "/v1/completions" or self.never_ready:
             self._send(404, {"error": "not found"})
             return
-        self._send(
-            200,
-            {
-                "model": request.get("model"),
-                "choices": [{"index": 0, "text": " world", "finish_reason": "length"}],
-            },
-        )
+        prompts = request.get("prompt", "")
+        prompts = prompts if isinstance(prompts, list) else [prompts]
+        count = int(request.get("max_tokens", 1))
+        choices = []
+        for index, prompt in enumerate(prompts):
+            # Deterministic "greedy" ids derived from the prompt, like a model.
+            ids = [
+                (len(prompt) * 7 + k + self.token_offset) % 500 for k in range(count)
+            ]
+            choices.append(
+                {
+                    "index": index,
+                    "text": " world",
+                    "token_ids": ids,
+                    "finish_reason": "length",
+                }
+            )
+        self._send(200, {"model": request.get("model"), "choices": choices})
 
     def log_message(self, format: str, *args: object) -> None:
         print(f"{self.command} {self.path}", flush=True)
@@ -101,6 +119,7 @@ def main() -> int:
         return 3
     time.sleep(args.startup_s)
     Handler.never_ready = args.never_ready
+    Handler.token_offset = args.token_offset
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     port = server.server_address[1]
     if args.port_file:

@@ -1,0 +1,185 @@
+"""Executes a launch plan: start every role, wait until they serve, run the
+scenario's checks, tear down under the SIGKILL policy and write the results."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from afd_e2e.checks.parity import PROMPTS, ParityError, compare, greedy_tokens
+from afd_e2e.launch import LaunchPlan
+from afd_e2e.procs import (
+    Interrupted,
+    InterruptGuard,
+    ProcessManager,
+    ProcessSpec,
+    RoleError,
+)
+from afd_e2e.readiness import attention_api_probe, health_probe
+from afd_e2e.report import (
+    CheckResult,
+    RunReport,
+    Timings,
+    summary_table,
+    write_junit,
+    write_results_json,
+)
+from afd_e2e.scenario import Scenario
+
+
+def _parity(plan: LaunchPlan, scenario: Scenario) -> CheckResult:
+    spec = scenario.checks.parity
+    assert spec is not None
+    baseline = plan.role("baseline")
+    start = time.monotonic()
+    prompts = list((PROMPTS * (spec.prompts // len(PROMPTS) + 1))[: spec.prompts])
+    if baseline is None:
+        return CheckResult("parity", False, "no colocated baseline in the plan")
+    try:
+        reference = greedy_tokens(
+            baseline.base_url, plan.served_name, prompts, spec.max_tokens
+        )
+        afd = greedy_tokens(
+            plan.api.base_url, plan.served_name, prompts, spec.max_tokens
+        )
+    except ParityError as exc:
+        return CheckResult(
+            "parity", False, str(exc), duration_s=time.monotonic() - start
+        )
+    outcome = compare(reference, afd)
+    return CheckResult(
+        "parity",
+        outcome.passed,
+        outcome.message,
+        {
+            "prompts": outcome.prompts,
+            "tokens": outcome.tokens,
+            "mismatched_prompts": outcome.mismatches,
+        },
+        time.monotonic() - start,
+    )
+
+
+def _gsm8k(
+    plan: LaunchPlan, scenario: Scenario, procs: ProcessManager
+) -> list[CheckResult]:
+    from afd_e2e.checks.evidence import check_dual_ubatch, mark_logs
+    from afd_e2e.checks.gsm8k import Gsm8kRequest, run_gsm8k
+
+    spec = scenario.checks.gsm8k
+    assert spec is not None
+    logs = [plan.run_dir / f"{r.name}.log" for r in plan.roles if r.role != "baseline"]
+    marks = mark_logs(logs)
+    start = time.monotonic()
+    result = run_gsm8k(
+        Gsm8kRequest(
+            base_url=plan.api.base_url,
+            model=plan.served_name,
+            samples=spec.samples,
+            threshold=spec.threshold,
+            concurrency=spec.concurrency,
+            fewshot=spec.fewshot,
+            out_dir=plan.run_dir / "gsm8k",
+            dbo=scenario.dbo.enabled,
+            timeout_s=scenario.timeouts.checks_s,
+        )
+    )
+    checks = [
+        CheckResult(
+            "gsm8k",
+            result.passed,
+            result.message,
+            {
+                "strict_match": result.strict,
+                "flexible_extract": result.flexible,
+                "n": result.n,
+                "threshold": result.threshold,
+            },
+            time.monotonic() - start,
+        )
+    ]
+    procs.check_alive("the GSM8K check")
+    if scenario.checks.dual_ubatch_evidence:
+        evidence = check_dual_ubatch(marks)
+        checks.append(
+            CheckResult(
+                "dual_ubatch_evidence",
+                evidence.passed,
+                evidence.message,
+                dict(evidence.counts),
+            )
+        )
+    return checks
+
+
+def execute(plan: LaunchPlan, scenario: Scenario, args: argparse.Namespace) -> int:
+    """Run the plan; the exit code follows ``report.Outcome``."""
+    plan.run_dir.mkdir(parents=True, exist_ok=True)
+    timings = Timings(started_at=time.time())
+    report = RunReport(
+        plan.scenario_id,
+        plan.run_id,
+        {"id": plan.scenario_id, **scenario.model_dump(mode="json")},
+        timings,
+    )
+    procs = ProcessManager(
+        plan.run_id,
+        plan.run_dir,
+        scenario_id=plan.scenario_id,
+        marker_scan=scenario.teardown.sigkill == "marker-scan",
+        grace_s=scenario.timeouts.teardown_grace_s,
+        echo=not args.json,
+    )
+    with InterruptGuard() as guard:
+        try:
+            t0 = time.monotonic()
+            for role in plan.roles:
+                procs.start(ProcessSpec(role.role, role.rank, role.argv, role.env))
+            timings.start_s = time.monotonic() - t0
+            probes = {
+                f"{r.role}:{r.rank}": (
+                    health_probe(r.base_url)
+                    if r.role == "ffn"
+                    else attention_api_probe(r.base_url, plan.served_name)
+                )
+                for r in plan.roles
+            }
+            t1 = time.monotonic()
+            timings.roles_ready_s = procs.wait_ready(
+                probes, scenario.timeouts.startup_s
+            )
+            timings.ready_s = time.monotonic() - t1
+            t2 = time.monotonic()
+            if scenario.checks.parity is not None:
+                report.checks.append(_parity(plan, scenario))
+                procs.check_alive("the parity check")
+            if scenario.checks.gsm8k is not None:
+                report.checks += _gsm8k(plan, scenario, procs)
+            timings.checks_s = time.monotonic() - t2
+            if args.keep_running:
+                endpoints = ", ".join(f"{r.name} {r.base_url}" for r in plan.roles)
+                print(f"serving: {endpoints}; Ctrl-C to stop", file=sys.stderr)
+                while True:
+                    time.sleep(1)
+                    procs.check_alive("--keep-running")
+        except RoleError as exc:
+            report.error = str(exc)
+        except Interrupted as exc:
+            report.interrupted_by = exc.signame
+        finally:
+            t3 = time.monotonic()
+            report.commands = procs.commands()
+            report.teardown = procs.stop()
+            timings.teardown_s = time.monotonic() - t3
+        report.interrupted_by = report.interrupted_by or guard.signame
+    write_results_json(report, plan.run_dir / "results.json")
+    write_junit(report, plan.run_dir / "junit.xml")
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(summary_table(report), file=sys.stderr)
+        print(f"results: {Path(plan.run_dir) / 'results.json'}", file=sys.stderr)
+    return report.outcome.exit_code

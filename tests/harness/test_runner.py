@@ -1,0 +1,111 @@
+"""afd-e2e run's executor end to end against fake role servers: parity verdicts,
+results.json, JUnit, exit codes, and nothing left running."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import uuid
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from lint_repo import ROOT
+from test_procs import SERVER, marked_pids
+
+from afd_e2e import policy
+from afd_e2e.catalogue import Catalogue
+from afd_e2e.launch import LaunchPlan, RoleLaunch, free_port
+from afd_e2e.runner import execute
+from afd_e2e.scenario import Checks, ParityCheck, Timeouts
+
+BASE = Catalogue.load(ROOT).get("cpu-eager-1a1f")
+
+
+def fake_plan(tmp_path: Path, run_id: str, **role_flags: list[str]) -> LaunchPlan:
+    plan = LaunchPlan(
+        "cpu-eager-1a1f", run_id, tmp_path / "run", "/nowhere", "tiny", afd_port=None
+    )
+    for role in ("baseline", "ffn", "attention"):
+        port = free_port()
+        argv = [
+            sys.executable,
+            str(SERVER),
+            "--port",
+            str(port),
+            *role_flags.get(role, []),
+        ]
+        env = {policy.RUN_ID_ENV: run_id, policy.PROCESS_ROLE_ENV: f"{role}:0"}
+        plan.roles.append(RoleLaunch(role, 0, argv, env, port))
+    return plan
+
+
+def scenario(**checks: object):
+    return BASE.model_copy(
+        update={
+            "checks": Checks(**checks),
+            "timeouts": Timeouts(startup_s=20, checks_s=60, teardown_grace_s=3),
+        }
+    )
+
+
+def args() -> argparse.Namespace:
+    return argparse.Namespace(json=True, keep_running=False)
+
+
+@pytest.fixture
+def run_id():
+    rid = f"runner-{uuid.uuid4().hex[:10]}"
+    yield rid
+    assert marked_pids(rid) == []
+
+
+def test_parity_pass_writes_results_and_junit(tmp_path: Path, run_id: str, capsys):
+    plan = fake_plan(tmp_path, run_id)
+    code = execute(plan, scenario(parity=ParityCheck(prompts=5, max_tokens=6)), args())
+    printed = json.loads(capsys.readouterr().out)
+    assert code == 0
+    results = json.loads((plan.run_dir / "results.json").read_text())
+    assert results == printed
+    parity = next(c for c in results["checks"] if c["name"] == "parity")
+    assert parity["passed"] and parity["figures"]["tokens"] == 30
+    assert "identical to the colocated run" in parity["message"]
+    assert set(results["commands"]) == {"baseline:0", "ffn:0", "attention:0"}
+    junit = ET.parse(plan.run_dir / "junit.xml").getroot()
+    assert "parity" in ET.tostring(junit, encoding="unicode")
+    for role in ("baseline-0", "ffn-0", "attention-0"):
+        assert (
+            "POST /v1/completions" in (plan.run_dir / f"{role}.log").read_text()
+            or role == "ffn-0"
+        )
+
+
+def test_parity_mismatch_fails_the_run(tmp_path: Path, run_id: str, capsys):
+    plan = fake_plan(tmp_path, run_id, attention=["--token-offset", "1"])
+    code = execute(plan, scenario(parity=ParityCheck(prompts=3, max_tokens=4)), args())
+    results = json.loads(capsys.readouterr().out)
+    assert code == 1
+    parity = results["checks"][0]
+    assert not parity["passed"]
+    assert parity["message"].startswith(
+        "FAIL parity 3/3 prompts differ; first: prompt 0"
+    )
+
+
+def test_role_dying_at_start_fails_fast_with_its_log(tmp_path: Path, run_id, capsys):
+    plan = fake_plan(tmp_path, run_id, ffn=["--die-after-s", "0.2"])
+    code = execute(plan, scenario(parity=ParityCheck(prompts=1, max_tokens=1)), args())
+    results = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert "ffn:0" in results["error"]
+    assert "cannot load the model weights" in results["error"]
+
+
+def test_sigkill_escalation_fails_even_when_checks_pass(tmp_path: Path, run_id, capsys):
+    plan = fake_plan(tmp_path, run_id, ffn=["--ignore-sigterm"])
+    code = execute(plan, scenario(parity=ParityCheck(prompts=2, max_tokens=2)), args())
+    results = json.loads(capsys.readouterr().out)
+    assert code == 3
+    assert all(c["passed"] for c in results["checks"])
+    assert "ffn:0" in json.dumps(results["teardown"])
