@@ -11,23 +11,39 @@ import math
 import os
 import re
 import secrets
-import select
 import signal
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, suppress
+from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any
 
-import psutil
-
 from afd_e2e import policy
+from afd_e2e.interrupts import Interrupted, InterruptGuard, say, shielded
+from afd_e2e.proc_scan import Target, adopt, scan_marked, snapshot_trees, wait_exit
 from afd_e2e.readiness import Probe, ProbeResult
+from afd_e2e.teardown_record import ProcessRecord, TeardownRecord
+
+__all__ = [
+    "LOG_TAIL_LINES",
+    "NOT_READY_TAIL_LINES",
+    "InterruptGuard",
+    "Interrupted",
+    "ProcessDiedError",
+    "ProcessManager",
+    "ProcessRecord",
+    "ProcessSpec",
+    "ReadinessTimeoutError",
+    "RoleError",
+    "RoleProcess",
+    "TeardownRecord",
+    "new_run_id",
+    "tail_lines",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -38,14 +54,6 @@ NOT_READY_TAIL_LINES = 20
 
 _ROLE_RE = re.compile(r"[a-z][a-z0-9_-]*\Z")
 _RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
-_OUTPUT_LOCK = threading.RLock()  # re-entrant: a signal handler may print
-
-
-def _say(line: str) -> None:
-    """One line to the terminal (stderr), never interleaved with another."""
-    with _OUTPUT_LOCK:
-        sys.stderr.write(line + "\n")
-        sys.stderr.flush()
 
 
 def new_run_id(scenario_id: str) -> str:
@@ -97,81 +105,6 @@ class ProcessSpec:
         return f"{self.role}-{self.rank}.log"
 
 
-# ----------------------------------------------------------------- signals
-
-
-class Interrupted(BaseException):
-    """SIGINT or SIGTERM reached the harness; teardown still runs."""
-
-    def __init__(self, signum: int) -> None:
-        self.signum = signum
-        super().__init__(f"interrupted by {self.signame}")
-
-    @property
-    def signame(self) -> str:
-        return signal.Signals(self.signum).name
-
-
-class InterruptGuard(AbstractContextManager["InterruptGuard"]):
-    """Turns the first SIGINT/SIGTERM into :class:`Interrupted`, so teardown runs.
-
-    Use as ``with InterruptGuard() as guard:`` in the main thread. Later signals
-    are recorded and ignored; a signal arriving while the manager starts a
-    process is raised once the process is recorded; one arriving during
-    teardown is recorded only (read :attr:`signum`), never raised.
-    """
-
-    _active: InterruptGuard | None = None
-
-    def __init__(self, signums: Iterable[int] = (signal.SIGINT, signal.SIGTERM)):
-        self.signums = tuple(signums)
-        self.signum: int | None = None
-        """The first signal received, or None."""
-        self._shield_depth = 0
-        self._previous: dict[int, Any] = {}
-        self._outer: InterruptGuard | None = None
-
-    @property
-    def signame(self) -> str | None:
-        return None if self.signum is None else signal.Signals(self.signum).name
-
-    def __enter__(self) -> InterruptGuard:
-        for signum in self.signums:
-            self._previous[signum] = signal.signal(signum, self._handle)
-        self._outer, InterruptGuard._active = InterruptGuard._active, self
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        InterruptGuard._active = self._outer
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        first = self.signum is None
-        if first:
-            self.signum = signum
-        if first and not self._shield_depth:
-            raise Interrupted(signum)
-        _say(f"afd-e2e: {signal.Signals(signum).name} received; tearing down, wait")
-
-    @contextmanager
-    def shielded(self, deliver: bool) -> Iterator[None]:
-        """Defer signals; with ``deliver`` raise a deferred first one at the end."""
-        before = self.signum
-        self._shield_depth += 1
-        try:
-            yield
-        finally:
-            self._shield_depth -= 1
-        if deliver and before is None and self.signum and not self._shield_depth:
-            raise Interrupted(self.signum)
-
-
-def _shielded(deliver: bool) -> AbstractContextManager[None]:
-    guard = InterruptGuard._active
-    return nullcontext() if guard is None else guard.shielded(deliver)
-
-
 # ------------------------------------------------------------------- errors
 
 
@@ -218,166 +151,6 @@ def _quote(lines: list[str]) -> str:
     return "\n".join(f"  | {line}" for line in lines) if lines else "  | (log empty)"
 
 
-# ------------------------------------------------------------------ records
-
-
-@dataclass(frozen=True)
-class ProcessRecord:
-    """One process as the teardown record names it."""
-
-    pid: int
-    name: str
-    """``role:rank`` it belongs to (``?`` when unknown)."""
-    cmdline: tuple[str, ...]
-    found_by: str
-    """``child`` (spawned), ``tree`` (snapshot descendant), ``group`` or ``marker``."""
-
-    def describe(self) -> str:
-        command = " ".join(self.cmdline) or "?"
-        if len(command) > 160:
-            command = command[:157] + "..."
-        return f"pid {self.pid} {self.name} ({self.found_by}): {command}"
-
-
-@dataclass
-class TeardownRecord:
-    """What teardown did; it failed when :attr:`ok` is False."""
-
-    grace_s: float
-    marker_scan: bool
-    duration_s: float = 0.0
-    terminated: list[ProcessRecord] = field(default_factory=list)
-    """Processes sent SIGTERM (role groups are signalled as well)."""
-    escalated: list[ProcessRecord] = field(default_factory=list)
-    """Processes alive at the grace deadline, sent SIGKILL: each fails teardown."""
-    marker_killed: list[ProcessRecord] = field(default_factory=list)
-    """FFN processes SIGKILLed under the marker-scan exception (allowed)."""
-    leaks: list[ProcessRecord] = field(default_factory=list)
-    """Processes still carrying the run marker after teardown."""
-    errors: list[str] = field(default_factory=list)
-    exit_codes: dict[str, int | None] = field(default_factory=dict)
-    """``role:rank`` -> exit code (negative: killed by that signal)."""
-
-    @property
-    def ok(self) -> bool:
-        return not (self.escalated or self.leaks or self.errors)
-
-    def problems(self) -> list[str]:
-        """One line per reason the teardown failed."""
-        lines = [
-            f"needed SIGKILL after {self.grace_s:g} s grace: {p.describe()}"
-            for p in self.escalated
-        ]
-        lines += [f"leaked: {p.describe()}" for p in self.leaks]
-        return lines + self.errors
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["ok"] = self.ok
-        return data
-
-
-# ------------------------------------------------------------- process refs
-
-
-def _pidfd(pid: int) -> int | None:
-    try:
-        return os.pidfd_open(pid)
-    except ProcessLookupError:
-        return None
-
-
-def _exited(fd: int) -> bool:
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return bool(poller.poll(0))
-
-
-def _markers(pid: int) -> tuple[str | None, str | None]:
-    """(run id, role:rank) from a process's environ; read only after pidfd_open."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            raw = handle.read()
-    except OSError:
-        return None, None
-    run_id = role = None
-    for entry in raw.split(b"\0"):
-        key, _, value = entry.partition(b"=")
-        if key == policy.RUN_ID_ENV.encode():
-            run_id = value.decode(errors="replace")
-        elif key == policy.PROCESS_ROLE_ENV.encode():
-            role = value.decode(errors="replace")
-    return run_id, role
-
-
-def _describe(pid: int) -> tuple[float, tuple[str, ...]]:
-    process = psutil.Process(pid)
-    with process.oneshot():
-        try:
-            cmdline = tuple(process.cmdline())
-        except (psutil.AccessDenied, psutil.ZombieProcess):
-            cmdline = ()
-        return process.create_time(), cmdline
-
-
-class _Target:
-    """A process the harness may signal, held through a pidfd (no pid reuse)."""
-
-    def __init__(self, fd: int, pid: int, name: str, found_by: str) -> None:
-        self.fd, self.pid, self.name, self.found_by = fd, pid, name, found_by
-        self.create_time, self.cmdline = _describe(pid)
-        self.pgid = os.getpgid(pid)
-
-    @classmethod
-    def pin(
-        cls, pid: int, name: str, found_by: str, fd: int | None = None
-    ) -> _Target | None:
-        """Open a pidfd (unless given one), then read the process; None if gone."""
-        fd = _pidfd(pid) if fd is None else fd
-        if fd is None:
-            return None
-        try:
-            return cls(fd, pid, name, found_by)
-        except (OSError, psutil.Error):
-            os.close(fd)
-            return None
-
-    @property
-    def key(self) -> tuple[int, float]:
-        return self.pid, self.create_time
-
-    def alive(self) -> bool:
-        return not _exited(self.fd)
-
-    def send(self, signum: int) -> bool:
-        try:
-            signal.pidfd_send_signal(self.fd, signum)
-        except ProcessLookupError:
-            return False
-        return True
-
-    def record(self) -> ProcessRecord:
-        return ProcessRecord(self.pid, self.name, self.cmdline, self.found_by)
-
-    def close(self) -> None:
-        os.close(self.fd)
-
-
-def _wait_exit(targets: Iterable[_Target], deadline: float) -> None:
-    """Block until every target exited or the deadline passed."""
-    poller = select.poll()
-    pending = {t.fd for t in targets}
-    for fd in pending:
-        poller.register(fd, select.POLLIN)
-    while pending:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return
-        for fd, _ in poller.poll(math.ceil(remaining * 1000)):
-            poller.unregister(fd)
-            pending.discard(fd)
-
-
 # --------------------------------------------------------------- processes
 
 
@@ -397,13 +170,13 @@ class _LogEcho(threading.Thread):
                 if chunk:
                     *lines, pending = (pending + chunk).split(b"\n")
                     for line in lines:
-                        _say(self.prefix + line.decode(errors="replace"))
+                        say(self.prefix + line.decode(errors="replace"))
                 elif self.halt.is_set():
                     break
                 else:
                     self.halt.wait(0.1)
         if pending:
-            _say(self.prefix + pending.decode(errors="replace"))
+            say(self.prefix + pending.decode(errors="replace"))
 
 
 @dataclass(eq=False)
@@ -512,7 +285,7 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
         self.run_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.run_dir / spec.log_name
         env = {**os.environ, **spec.env, **markers}
-        with _shielded(deliver=True):
+        with shielded(deliver=True):
             with open(log_path, "ab") as log:
                 try:
                     popen = subprocess.Popen(
@@ -620,7 +393,7 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
                 next_progress = now + (self.progress_every_s or math.inf)
                 for name in pending:
                     last = tail_lines(known[name].log_path, 1)
-                    _say(
+                    say(
                         f"afd-e2e: waiting for {name}: {now - start:.0f} s, "
                         f"{seen.get(name, 'not probed yet')}; last log line: "
                         f"{last[0] if last else '(none)'!r}"
@@ -661,7 +434,7 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
     def stop(self) -> TeardownRecord:
         """Tear everything down (idempotent); signals are deferred meanwhile."""
         if self._record is None:
-            with _shielded(deliver=False):
+            with shielded(deliver=False):
                 try:
                     self._record = self._teardown()
                 except BaseException as exc:  # a harness bug: fail, never retry
@@ -675,14 +448,14 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
     def _teardown(self) -> TeardownRecord:
         began = time.monotonic()
         record = TeardownRecord(grace_s=self.grace_s, marker_scan=self.marker_scan)
-        targets: dict[tuple[int, float], _Target] = {}
+        targets: dict[tuple[int, float], Target] = {}
         try:
             self._snapshot(targets)
             deadline = began + self.grace_s
             self._terminate(targets.values(), record, groups=True)
             while True:  # late arrivals (forked after the snapshot) get SIGTERM too
-                _wait_exit(targets.values(), deadline)
-                fresh = self._adopt(self._scan(groups=True), targets)
+                wait_exit(targets.values(), deadline)
+                fresh = adopt(self._scan(groups=True), targets)
                 if not fresh or time.monotonic() >= deadline:
                     break
                 self._terminate(fresh, record, groups=False)
@@ -694,7 +467,7 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
                 self._signal_groups(signal.SIGKILL)
                 for target in survivors:
                     target.send(signal.SIGKILL)
-                _wait_exit(survivors, time.monotonic() + self.kill_wait_s)
+                wait_exit(survivors, time.monotonic() + self.kill_wait_s)
                 record.errors += [
                     f"survived SIGKILL: {t.record().describe()}"
                     for t in survivors
@@ -713,78 +486,20 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
         record.duration_s = time.monotonic() - began
         return record
 
-    def _snapshot(self, targets: dict[tuple[int, float], _Target]) -> None:
+    def _snapshot(self, targets: dict[tuple[int, float], Target]) -> None:
         """Before any signal: each role's process tree (one psutil pass) plus
         every live process with this run's marker or in a role's group."""
-        children: dict[int, list[psutil.Process]] = {}
-        for process in psutil.process_iter(["ppid"]):
-            children.setdefault(process.info["ppid"], []).append(process)
-        for proc in self._procs:
-            root = _Target(os.dup(proc.pidfd), proc.pid, proc.name, "child")
-            self._adopt([root], targets)
-            stack = list(children.get(proc.pid, []))
-            while stack:
-                child = stack.pop()
-                stack += children.get(child.pid, [])
-                target = _Target.pin(child.pid, proc.name, "tree")
-                if target is None:
-                    continue
-                if target.create_time == child.create_time():
-                    self._adopt([target], targets)
-                else:  # the pid was reused since the psutil pass
-                    target.close()
-        self._adopt(self._scan(groups=True), targets)
+        snapshot_trees(((p.pidfd, p.pid, p.name) for p in self._procs), targets)
+        adopt(self._scan(groups=True), targets)
 
-    @staticmethod
-    def _adopt(
-        found: Iterable[_Target], targets: dict[tuple[int, float], _Target]
-    ) -> list[_Target]:
-        """Add new targets, close duplicates; returns the new ones."""
-        fresh = []
-        for target in found:
-            if target.key in targets:
-                target.close()
-            else:
-                targets[target.key] = target
-                fresh.append(target)
-        return fresh
-
-    def _scan(self, *, groups: bool, ffn_only: bool = False) -> list[_Target]:
+    def _scan(self, *, groups: bool, ffn_only: bool = False) -> list[Target]:
         """Live processes with this run's marker (and, with ``groups``, the
-        members of unreaped role groups). Each pid is pinned by pidfd_open
-        before its environ is read, so a recycled pid is never signalled."""
+        members of unreaped role groups), each pinned by a pidfd."""
         pgids = {}
         if groups:
             live = self._live_groups()
             pgids = {p.pid: p.name for p in self._procs if p.pid in live}
-        found = []
-        own = os.getpid()
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) == own:
-                continue
-            pid = int(entry)
-            fd = _pidfd(pid)
-            if fd is None:
-                continue
-            try:
-                run_id, role = _markers(pid)
-                if run_id == self.run_id and (
-                    not ffn_only or (role or "").startswith("ffn:")
-                ):
-                    target = _Target(fd, pid, role or "?", "marker")
-                elif pgids and (pgid := os.getpgid(pid)) in pgids:
-                    target = _Target(fd, pid, pgids[pgid], "group")
-                else:
-                    os.close(fd)
-                    continue
-            except (OSError, psutil.Error):
-                os.close(fd)
-                continue
-            if target.alive():
-                found.append(target)
-            else:
-                target.close()
-        return found
+        return scan_marked(self.run_id, pgids, ffn_only=ffn_only)
 
     def _live_groups(self) -> set[int]:
         """Role process groups; an unreaped leader keeps its pgid from reuse."""
@@ -796,7 +511,7 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
                 os.killpg(pgid, signum)
 
     def _terminate(
-        self, targets: Iterable[_Target], record: TeardownRecord, *, groups: bool
+        self, targets: Iterable[Target], record: TeardownRecord, *, groups: bool
     ) -> None:
         """SIGTERM each live target once: role groups through killpg (with
         ``groups``), every other target (escaped, marked) through its pidfd."""
@@ -810,7 +525,7 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
                 target.send(signal.SIGTERM)
 
     def _marker_kill(
-        self, targets: dict[tuple[int, float], _Target], record: TeardownRecord
+        self, targets: dict[tuple[int, float], Target], record: TeardownRecord
     ) -> None:
         """The marker-scan exception: SIGKILL FFN survivors via pidfd, bounded."""
         killed: set[tuple[int, float]] = set()
@@ -825,8 +540,8 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
                     logger.warning(
                         "marker scan: SIGKILL %s", target.record().describe()
                     )
-            _wait_exit(found, time.monotonic() + min(1.0, self.kill_wait_s))
-            self._adopt(found, targets)
+            wait_exit(found, time.monotonic() + min(1.0, self.kill_wait_s))
+            adopt(found, targets)
 
     def _reap(self, record: TeardownRecord) -> None:
         for proc in self._procs:

@@ -21,6 +21,7 @@ PURE_MODULES = [
     "afd_plugin.envs",
     "afd_plugin.version",
     "afd_plugin.model_support",
+    "afd_plugin.evidence",
     "afd_plugin.worker_selection",
     "afd_plugin.patches",
     "afd_plugin.connectors.base",
@@ -29,7 +30,23 @@ PURE_MODULES = [
     "afd_plugin.connectors.gpu.schema",
     "afd_plugin.connectors.npu.schema",
 ]
-HARNESS_MODULES = ["afd_e2e", "afd_e2e.cli", "afd_e2e.doc_tables", "afd_e2e.policy"]
+HARNESS_MODULES = [
+    "afd_e2e",
+    "afd_e2e.cli",
+    "afd_e2e.doc_tables",
+    "afd_e2e.policy",
+    "afd_e2e.scenario",
+    "afd_e2e.catalogue",
+    "afd_e2e.gates",
+    "afd_e2e.launch",
+    "afd_e2e.runner",
+    "afd_e2e.procs",
+    "afd_e2e.report",
+    "afd_e2e.tiny_model",
+    "afd_e2e.checks.parity",
+    "afd_e2e.checks.gsm8k",
+    "afd_e2e.checks.evidence",
+]
 
 POISON = """
 import sys

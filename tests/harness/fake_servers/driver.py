@@ -11,13 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from afd_e2e.procs import (
-    Interrupted,
-    InterruptGuard,
-    ProcessManager,
-    ProcessSpec,
-    RoleError,
-)
+from afd_e2e.interrupts import Interrupted, InterruptGuard
+from afd_e2e.procs import ProcessManager, ProcessSpec, RoleError
 from afd_e2e.readiness import Probe, ProbeResult, attention_api_probe
 from afd_e2e.report import CheckResult, RunReport, Timings, write_results_json
 

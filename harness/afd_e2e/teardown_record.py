@@ -1,0 +1,65 @@
+"""What a run's teardown did: the processes it signalled, killed or found leaked.
+
+Plain data; ``results.json`` carries it and a run fails when it is not ok.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ProcessRecord:
+    """One process as the teardown record names it."""
+
+    pid: int
+    name: str
+    """``role:rank`` it belongs to (``?`` when unknown)."""
+    cmdline: tuple[str, ...]
+    found_by: str
+    """``child`` (spawned), ``tree`` (snapshot descendant), ``group`` or ``marker``."""
+
+    def describe(self) -> str:
+        command = " ".join(self.cmdline) or "?"
+        if len(command) > 160:
+            command = command[:157] + "..."
+        return f"pid {self.pid} {self.name} ({self.found_by}): {command}"
+
+
+@dataclass
+class TeardownRecord:
+    """What teardown did; it failed when :attr:`ok` is False."""
+
+    grace_s: float
+    marker_scan: bool
+    duration_s: float = 0.0
+    terminated: list[ProcessRecord] = field(default_factory=list)
+    """Processes sent SIGTERM (role groups are signalled as well)."""
+    escalated: list[ProcessRecord] = field(default_factory=list)
+    """Processes alive at the grace deadline, sent SIGKILL: each fails teardown."""
+    marker_killed: list[ProcessRecord] = field(default_factory=list)
+    """FFN processes SIGKILLed under the marker-scan exception (allowed)."""
+    leaks: list[ProcessRecord] = field(default_factory=list)
+    """Processes still carrying the run marker after teardown."""
+    errors: list[str] = field(default_factory=list)
+    exit_codes: dict[str, int | None] = field(default_factory=dict)
+    """``role:rank`` -> exit code (negative: killed by that signal)."""
+
+    @property
+    def ok(self) -> bool:
+        return not (self.escalated or self.leaks or self.errors)
+
+    def problems(self) -> list[str]:
+        """One line per reason the teardown failed."""
+        lines = [
+            f"needed SIGKILL after {self.grace_s:g} s grace: {p.describe()}"
+            for p in self.escalated
+        ]
+        lines += [f"leaked: {p.describe()}" for p in self.leaks]
+        return lines + self.errors
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["ok"] = self.ok
+        return data
