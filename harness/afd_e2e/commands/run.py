@@ -103,6 +103,11 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return BAD_INPUT
+    if scenario.model.tiny is not None:
+        from afd_e2e.tiny_model import build_tiny_model
+
+        built = build_tiny_model(scenario.model.tiny.arch, _model_root(args))
+        assert str(built) == plan.model_path, (built, plan.model_path)
     from afd_e2e.runner import execute
 
     return execute(plan, scenario, args)
