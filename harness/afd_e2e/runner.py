@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -63,30 +64,48 @@ def _parity(plan: LaunchPlan, scenario: Scenario) -> CheckResult:
     )
 
 
+def _gsm8k_data(plan: LaunchPlan, scenario: Scenario) -> Path | None:
+    """The real data when given; generated items for CPU scenarios otherwise."""
+    from afd_e2e.checks.gsm8k_items import write_items
+    from afd_e2e.policy import GSM8K_DATA_ENV
+
+    spec = scenario.checks.gsm8k
+    assert spec is not None
+    if os.environ.get(GSM8K_DATA_ENV) or scenario.backend != "cpu":
+        return None  # run_gsm8k reads AFD_GSM8K_DATA and explains what is missing
+    return write_items(plan.run_dir / "gsm8k-items", spec.samples, max(spec.fewshot, 1))
+
+
 def _gsm8k(
     plan: LaunchPlan, scenario: Scenario, procs: ProcessManager
 ) -> list[CheckResult]:
+    from afd_e2e.checks.answer_agreement import compare_runs
     from afd_e2e.checks.evidence import check_dual_ubatch, mark_logs
     from afd_e2e.checks.gsm8k import Gsm8kRequest, run_gsm8k
 
     spec = scenario.checks.gsm8k
     assert spec is not None
-    logs = [plan.run_dir / f"{r.name}.log" for r in plan.roles if r.role != "baseline"]
-    marks = mark_logs(logs)
-    start = time.monotonic()
-    result = run_gsm8k(
-        Gsm8kRequest(
-            base_url=plan.api.base_url,
+    data = _gsm8k_data(plan, scenario)
+
+    def request(base_url: str, out: str) -> Gsm8kRequest:
+        return Gsm8kRequest(
+            base_url=base_url,
             model=plan.served_name,
             samples=spec.samples,
             threshold=spec.threshold,
             concurrency=spec.concurrency,
             fewshot=spec.fewshot,
-            out_dir=plan.run_dir / "gsm8k",
+            data=data,
+            out_dir=plan.run_dir / out,
             dbo=scenario.dbo.enabled,
+            max_gen_toks=spec.max_gen_toks,
             timeout_s=scenario.timeouts.checks_s,
         )
-    )
+
+    logs = [plan.run_dir / f"{r.name}.log" for r in plan.roles if r.role != "baseline"]
+    marks = mark_logs(logs)
+    start = time.monotonic()
+    result = run_gsm8k(request(plan.api.base_url, "gsm8k"))
     checks = [
         CheckResult(
             "gsm8k",
@@ -110,6 +129,24 @@ def _gsm8k(
                 evidence.passed,
                 evidence.message,
                 dict(evidence.counts),
+            )
+        )
+    baseline = plan.role("baseline")
+    if baseline is not None:
+        start = time.monotonic()
+        colocated = run_gsm8k(request(baseline.base_url, "gsm8k-colocated"))
+        agreement = compare_runs(colocated.samples_path, result.samples_path)
+        checks.append(
+            CheckResult(
+                "gsm8k_answers",
+                agreement.passed,
+                agreement.message,
+                {
+                    "compared": agreement.compared,
+                    "differing": agreement.differing,
+                    "colocated_strict_match": colocated.strict,
+                },
+                time.monotonic() - start,
             )
         )
     return checks

@@ -154,6 +154,8 @@ class Gsm8kCheck(_Strict):
     """Concurrent requests."""
     fewshot: int = Field(default=8, ge=0)
     """Few-shot examples per prompt."""
+    max_gen_toks: int = Field(default=256, ge=1)
+    """Upper bound on generated tokens per answer."""
 
 
 class Checks(_Strict):
