@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import tempfile
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,8 @@ VOCAB_SIZE = 512
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>")
 
 # Model configs by architecture. DeepSeek-V2 keeps real MLA shapes because the
-# CPU MLA kernels accept only kv_lora_rank + qk_rope_head_dim == 576.
+# CPU MLA kernels accept only kv_lora_rank + qk_rope_head_dim == 576; the CPU
+# attention kernels reject small head sizes such as 16, hence Qwen's 64.
 ARCH_CONFIGS: dict[str, dict[str, Any]] = {
     "deepseek_v2": {
         "architectures": ["DeepseekV2ForCausalLM"],
@@ -61,9 +63,9 @@ ARCH_CONFIGS: dict[str, dict[str, Any]] = {
         "num_hidden_layers": 3,
         "mlp_only_layers": [0],
         "decoder_sparse_step": 1,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 16,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 64,
         "num_experts": 4,
         "num_experts_per_tok": 2,
         "norm_topk_prob": True,
@@ -125,6 +127,18 @@ def corpus_lines() -> list[str]:
     return lines
 
 
+def _versions() -> dict[str, str]:
+    """Versions of the libraries that draw the weights and train the tokenizer
+    (read from metadata, nothing imported)."""
+    out = {}
+    for dist in ("torch", "transformers", "tokenizers"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "absent"
+    return out
+
+
 def build_spec(arch: str) -> dict[str, Any]:
     """Everything that determines the built files; its hash names the cache."""
     if arch not in ARCH_CONFIGS:
@@ -136,6 +150,7 @@ def build_spec(arch: str) -> dict[str, Any]:
         "vocab_size": VOCAB_SIZE,
         "dtype": "bfloat16",
         "config": ARCH_CONFIGS[arch],
+        "libraries": _versions(),
         "corpus_sha256": hashlib.sha256("\n".join(corpus_lines()).encode()).hexdigest(),
     }
 

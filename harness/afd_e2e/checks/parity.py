@@ -41,11 +41,21 @@ def greedy_tokens(
     max_tokens: int,
     timeout_s: float = 300.0,
 ) -> list[list[int]]:
-    """Generated token ids per prompt; one request, temperature 0, no retries."""
+    """Generated token ids per prompt: temperature 0, no retries, one request
+    per prompt in order. A multi-prompt request is batched as its prompts
+    reach the engine, and batch composition changes the float reductions of
+    some kernels (MLA on CPU among them), so only one-at-a-time is
+    reproducible across two deployments."""
+    return [_greedy_one(base_url, model, p, max_tokens, timeout_s) for p in prompts]
+
+
+def _greedy_one(
+    base_url: str, model: str, prompt: str, max_tokens: int, timeout_s: float
+) -> list[int]:
     body = json.dumps(
         {
             "model": model,
-            "prompt": prompts,
+            "prompt": prompt,
             "max_tokens": max_tokens,
             "temperature": 0.0,
             "return_token_ids": True,
@@ -64,20 +74,13 @@ def greedy_tokens(
             answer = json.loads(response.read())
     except OSError as exc:
         raise ParityError(f"{base_url}: completion request failed: {exc}") from None
-    choices = sorted(answer.get("choices", []), key=lambda c: c.get("index", 0))
-    if len(choices) != len(prompts):
-        raise ParityError(
-            f"{base_url}: {len(choices)} choices for {len(prompts)} prompts"
-        )
-    out = []
-    for choice in choices:
-        ids = choice.get("token_ids")
-        if not isinstance(ids, list):
-            raise ParityError(
-                f"{base_url}: no token_ids in the answer (return_token_ids)"
-            )
-        out.append([int(t) for t in ids])
-    return out
+    choices = answer.get("choices", [])
+    if len(choices) != 1:
+        raise ParityError(f"{base_url}: {len(choices)} choices for one prompt")
+    ids = choices[0].get("token_ids")
+    if not isinstance(ids, list):
+        raise ParityError(f"{base_url}: no token_ids in the answer (return_token_ids)")
+    return [int(t) for t in ids]
 
 
 def compare(reference: list[list[int]], afd: list[list[int]]) -> ParityOutcome:

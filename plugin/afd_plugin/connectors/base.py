@@ -1,11 +1,13 @@
-"""The contracts every connector and control plane implements.
+"""The contracts every connector and control plane implements, and the
+exchange spec both roles agree on at rendezvous (AFD-I2, I3, I10).
 
-No torch at import: tensors appear only in annotations (AFD-I2, I3, I10).
+No torch at import: tensors appear only in annotations.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -13,6 +15,68 @@ if TYPE_CHECKING:
 
     from afd_plugin.config import AFDConfig
     from afd_plugin.wire import AFDControlPayload
+
+
+class AFDPeerError(RuntimeError):
+    """A peer failed, left or never arrived; the message names it."""
+
+
+@dataclass(frozen=True)
+class LayerExchange:
+    """What one decoder layer sends per token besides its hidden state."""
+
+    layer: int
+    kind: str = "moe"
+    """``moe`` or ``dense``: which FFN block the layer has."""
+    router_logits: int = 0
+    """Router logits per token sent with the hidden state (gate on attention);
+    0 when the gate runs on the FFN side or the layer is dense."""
+
+
+@dataclass(frozen=True)
+class ExchangeSpec:
+    """Shapes and dtypes of one deployment's exchange; both roles build it from
+    their model and must agree exactly (checked at rendezvous)."""
+
+    hidden_size: int
+    dtype: str
+    """Activation dtype name (``torch.<name>``), e.g. ``bfloat16``."""
+    router_dtype: str
+    layers: tuple[LayerExchange, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def layer(self, index: int) -> LayerExchange:
+        for item in self.layers:
+            if item.layer == index:
+                return item
+        raise KeyError(f"layer {index} is not part of the AFD exchange")
+
+    def differences(self, other: ExchangeSpec) -> list[str]:
+        """Human-readable differences, empty when both sides agree."""
+        out = [
+            f"{name}: {getattr(self, name)!r} != {getattr(other, name)!r}"
+            for name in ("hidden_size", "dtype", "router_dtype")
+            if getattr(self, name) != getattr(other, name)
+        ]
+        mine = {x.layer: x for x in self.layers}
+        theirs = {x.layer: x for x in other.layers}
+        if set(mine) != set(theirs):
+            out.append(f"layers: {sorted(mine)} != {sorted(theirs)}")
+        for index in sorted(set(mine) & set(theirs)):
+            if mine[index] != theirs[index]:
+                out.append(f"layer {index}: {mine[index]} != {theirs[index]}")
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> ExchangeSpec:
+        return cls(
+            hidden_size=raw["hidden_size"],
+            dtype=raw["dtype"],
+            router_dtype=raw["router_dtype"],
+            layers=tuple(LayerExchange(**x) for x in raw["layers"]),
+        )
 
 
 class AFDControlPlane(ABC):
@@ -27,15 +91,16 @@ class AFDControlPlane(ABC):
 
     @abstractmethod
     def recv_dp_metadata_list(self) -> AFDControlPayload:
-        """FFN side: receive the next step's payload."""
+        """FFN side: receive the next step's payload (waits while idle)."""
 
 
 class AFDConnector(ABC):
     """Moves hidden states between one attention rank and its FFN rank.
 
-    Construction is light (parse config only); ``init_afd_connector()`` does
-    the cross-role rendezvous after weights load; ``close()`` is safe at any
-    point and twice.
+    Construction is light (parse config only); ``bind()`` records the exchange
+    spec of the loaded model (light too); ``init_afd_connector()`` does the
+    cross-role rendezvous after weights load; ``close()`` is safe at any point,
+    twice, and ``init_afd_connector()`` may run again after it.
     """
 
     control_plane: AFDControlPlane | None = None
@@ -44,6 +109,11 @@ class AFDConnector(ABC):
         self.config = config
         self.rank = rank
         self.extra = extra
+        self.spec: ExchangeSpec | None = None
+
+    def bind(self, spec: ExchangeSpec) -> None:
+        """Record what this role's model exchanges; called before init."""
+        self.spec = spec
 
     @abstractmethod
     def init_afd_connector(self) -> None:
@@ -56,19 +126,28 @@ class AFDConnector(ABC):
     @abstractmethod
     def send_attn_output(
         self, hidden: torch.Tensor, layer: int, stage: int, **extras: torch.Tensor
-    ) -> None: ...
+    ) -> None:
+        """Attention side: send one layer's FFN input (and router logits)."""
 
     @abstractmethod
-    def recv_ffn_output(self, layer: int, stage: int) -> torch.Tensor: ...
+    def recv_ffn_output(self, layer: int, stage: int) -> torch.Tensor:
+        """Attention side: the FFN output for what ``send_attn_output`` sent."""
 
     @abstractmethod
     def recv_attn_output(
         self, layer: int, stage: int
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]: ...
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """FFN side: the concatenated inputs of every attention rank served."""
 
     @abstractmethod
-    def send_ffn_output(self, hidden: torch.Tensor, layer: int, stage: int) -> None: ...
+    def send_ffn_output(self, hidden: torch.Tensor, layer: int, stage: int) -> None:
+        """FFN side: split ``hidden`` by rank and send each part back."""
 
     @abstractmethod
     def close(self) -> None:
         """Release groups and buffers; idempotent, safe on a half-built connector."""
+
+    def peers_left(self) -> bool:
+        """FFN side: whether every served attention rank closed in order (a
+        lost connection is then a shutdown, not a failure)."""
+        return False

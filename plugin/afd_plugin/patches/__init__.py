@@ -10,7 +10,7 @@ import logging
 logger = logging.getLogger("afd_plugin")
 
 # Patch modules in application order; each exposes ``apply() -> None``.
-PATCH_MODULES: tuple[str, ...] = ()
+PATCH_MODULES: tuple[str, ...] = ("afd_plugin.patches.config_validation",)
 
 applied: list[str] = []
 failed: dict[str, str] = {}

@@ -1,0 +1,205 @@
+"""Decode throughput of a 1A1F AFD deployment on the CPU as a ratio to
+colocated vLLM, and the per-layer gloo exchange round trip as a ratio to an
+in-process copy of the same tensor; both measured in the same run.
+
+Usage: python benchmarks/cpu_afd.py [--arch deepseek_v2] [--new-tokens 32]
+Writes benchmarks/results/cpu_afd.json and, with matplotlib, cpu_afd.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+
+from vllm_servers import Servers, VllmServer  # noqa: E402
+
+from afd_e2e.tiny_model import build_tiny_model  # noqa: E402
+
+BATCHES = (1, 8, 32)
+EXCHANGE_SHAPES = ((1, 64), (8, 64), (32, 64), (8, 2048), (64, 7168))
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+# -- decode throughput ------------------------------------------------------
+
+
+def decode_rate(server: VllmServer, batch: int, new_tokens: int) -> float:
+    """Completion tokens per second of one batched greedy request."""
+    prompts = [f"Janet has {i} apples and buys {i + 3} more." for i in range(batch)]
+    server.complete(prompts[:1], max_tokens=2)  # warm-up
+    started = time.perf_counter()
+    tokens = server.complete(prompts, max_tokens=new_tokens, timeout_s=600)
+    elapsed = time.perf_counter() - started
+    return sum(len(t) for t in tokens) / elapsed
+
+
+def measure_servers(model: Path, logs: Path, new_tokens: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"colocated": {}, "afd_1a1f": {}, "ready_s": {}}
+    servers = Servers(logs)
+    try:
+        baseline = servers.start(VllmServer("colocated", model, logs)).wait_ready()
+        out["ready_s"]["colocated"] = baseline.ready_after_s
+        for batch in BATCHES:
+            out["colocated"][batch] = decode_rate(baseline, batch, new_tokens)
+        baseline.stop()
+        ffn, attention = servers.afd_pair(model)
+        attention.wait_ready()
+        out["ready_s"]["afd_attention"] = attention.ready_after_s
+        for batch in BATCHES:
+            out["afd_1a1f"][batch] = decode_rate(attention, batch, new_tokens)
+    finally:
+        problems = servers.stop_all()
+    if problems:
+        raise RuntimeError("; ".join(problems))
+    return out
+
+
+# -- exchange round trip ----------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _connector(role: str, port: int) -> Any:
+    from afd_plugin.config import AFDConfig
+    from afd_plugin.connectors.cpu.p2p_gloo import P2pGlooAFDConnector
+    from afd_plugin.connectors.cpu.schema import P2pGlooExtraConfig
+
+    config = AFDConfig(role=role, connector="P2pGlooAFDConnector", port=port)
+    return P2pGlooAFDConnector(config, 0, P2pGlooExtraConfig())
+
+
+def _spec(hidden: int) -> Any:
+    from afd_plugin.connectors.base import ExchangeSpec, LayerExchange
+
+    return ExchangeSpec(hidden, "bfloat16", "float32", (LayerExchange(0, "moe"),))
+
+
+def _echo_ffn(port: int, shape: tuple[int, int], repeats: int) -> None:
+    from afd_plugin.wire import AFDControlPayload
+
+    conn = _connector("ffn", port)
+    conn.bind(_spec(shape[1]))
+    conn.init_afd_connector()
+    conn.update_state_from_dp_metadata(AFDControlPayload(0, (shape[0],), shape[0]))
+    for _ in range(repeats):
+        hidden, _ = conn.recv_attn_output(0, 0)
+        conn.send_ffn_output(hidden, 0, 0)
+    conn.close()
+
+
+def exchange_round_trip(shape: tuple[int, int], repeats: int) -> dict[str, float]:
+    """Median seconds of one layer's send + receive over gloo, and of an
+    in-process copy of the same bf16 tensor."""
+    import torch
+
+    from afd_plugin.wire import AFDControlPayload
+
+    port = _free_port()
+    ffn = mp.get_context("spawn").Process(
+        target=_echo_ffn, args=(port, shape, repeats), daemon=True
+    )
+    ffn.start()
+    conn = _connector("attention", port)
+    conn.bind(_spec(shape[1]))
+    conn.init_afd_connector()
+    conn.update_state_from_dp_metadata(AFDControlPayload(0, (shape[0],), shape[0]))
+    hidden = torch.randn(shape).to(torch.bfloat16)
+    trips = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        conn.send_attn_output(hidden, 0, 0)
+        conn.recv_ffn_output(0, 0)
+        trips.append(time.perf_counter() - started)
+    conn.close()
+    ffn.join(30)
+    target = torch.empty_like(hidden)
+    copies = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        target.copy_(hidden)
+        copies.append(time.perf_counter() - started)
+    gloo, copy = statistics.median(trips[5:]), statistics.median(copies[5:])
+    return {"gloo_round_trip_s": gloo, "in_process_copy_s": copy, "ratio": gloo / copy}
+
+
+# -- report -----------------------------------------------------------------
+
+
+def plot(result: dict[str, Any], path: Path) -> str:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed: no plot written"
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    ratios = result["decode"]["ratio"]
+    left.bar([str(b) for b in BATCHES], [ratios[str(b)] for b in BATCHES])
+    left.axhline(1.0, color="grey", linewidth=0.8)
+    left.set(xlabel="batch", ylabel="AFD / colocated", title="decode tokens/s")
+    shapes = list(result["exchange"])
+    right.bar(shapes, [result["exchange"][s]["ratio"] for s in shapes])
+    right.set_yscale("log")
+    right.set(xlabel="tokens x hidden (bf16)", title="round trip / in-process copy")
+    right.tick_params(axis="x", rotation=30)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return f"plot: {path}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", default="deepseek_v2")
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+
+    model = build_tiny_model(args.arch)
+    exchange = {
+        f"{n}x{h}": exchange_round_trip((n, h), args.repeats)
+        for n, h in EXCHANGE_SHAPES
+    }
+    with tempfile.TemporaryDirectory(prefix="cpu-afd-bench-") as logs:
+        served = measure_servers(model, Path(logs), args.new_tokens)
+    ratio = {str(b): served["afd_1a1f"][b] / served["colocated"][b] for b in BATCHES}
+    result = {
+        "what": "AFD 1A1F over gloo vs colocated vLLM, same machine, same run",
+        "model": str(model),
+        "arch": args.arch,
+        "new_tokens_per_sequence": args.new_tokens,
+        "decode": {
+            "colocated_tokens_per_s": {
+                str(b): v for b, v in served["colocated"].items()
+            },
+            "afd_tokens_per_s": {str(b): v for b, v in served["afd_1a1f"].items()},
+            "ratio": ratio,
+        },
+        "server_ready_s": served["ready_s"],
+        "exchange": exchange,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "cpu_afd.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({"decode_ratio": ratio, "exchange": exchange}, indent=2))
+    print(plot(result, args.out / "cpu_afd.png"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

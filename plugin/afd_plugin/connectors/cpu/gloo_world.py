@@ -1,0 +1,276 @@
+"""One AFD world over gloo: TCP-store rendezvous, peer identities, bounded
+point-to-point operations whose failures name the peer.
+
+Stateless: never touches torch.distributed's default group, which vLLM owns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+from torch.distributed import PrefixStore, ProcessGroupGloo, TCPStore
+
+from afd_plugin.connectors.base import AFDPeerError, ExchangeSpec
+from afd_plugin.topology import WorldLayout
+
+logger = logging.getLogger("afd_plugin")
+
+IDLE_TIMEOUT = timedelta(days=365)
+"""How long the FFN side waits for the next step: idle is not a failure; a
+dead peer is still noticed at once because its TCP connection closes."""
+
+_LEAVE_TIMEOUT = timedelta(seconds=2)
+_STORE_TIMEOUT = timedelta(seconds=10)
+
+
+@dataclass(frozen=True)
+class PeerInfo:
+    """Who a global rank of the AFD world is, as published at rendezvous."""
+
+    role: str
+    rank: int
+    host: str
+    pid: int
+
+    def describe(self, rendezvous: str) -> str:
+        return (
+            f"{self.role} rank {self.rank} (pid {self.pid} on {self.host}, "
+            f"AFD rendezvous {rendezvous})"
+        )
+
+
+def _local_address(host: str, port: int) -> str:
+    """The address this process uses to reach the rendezvous host."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, port))
+            return probe.getsockname()[0]
+    except OSError:
+        return socket.gethostname()
+
+
+class GlooWorld:
+    """The global ranks ``[ffn 0..F-1, attention 0..A-1]`` joined over gloo."""
+
+    def __init__(
+        self,
+        layout: WorldLayout,
+        role: str,
+        rank: int,
+        host: str,
+        port: int,
+        rendezvous_timeout_s: float,
+        peer_timeout_s: float,
+    ) -> None:
+        self.layout = layout
+        self.role = role
+        self.rank = rank
+        self.global_rank = layout.global_rank(role, rank)
+        self.address = f"{host}:{port}"
+        self._host = host
+        self._port = port
+        self._rendezvous_timeout = timedelta(seconds=rendezvous_timeout_s)
+        self.peer_timeout = timedelta(seconds=peer_timeout_s)
+        self.peers: dict[int, PeerInfo] = {}
+        self._store: TCPStore | None = None
+        self._pg: ProcessGroupGloo | None = None
+
+    # -- rendezvous ---------------------------------------------------------
+
+    def me(self) -> str:
+        return f"AFD {self.role} rank {self.rank}"
+
+    def describe(self, global_rank: int) -> str:
+        info = self.peers.get(global_rank)
+        if info is None:
+            role, rank = self.layout.role_of(global_rank)
+            return f"{role} rank {rank} (AFD rendezvous {self.address})"
+        return info.describe(self.address)
+
+    def join(self, spec: ExchangeSpec) -> None:
+        """Meet every rank of the world, check they agree on ``spec``, connect."""
+        started = time.monotonic()
+        self._store = self._open_store()
+        try:
+            problems = self._exchange_identities(spec, started)
+        except AFDPeerError:
+            raise
+        except RuntimeError as exc:
+            raise AFDPeerError(
+                f"{self.me()}: the AFD rendezvous at {self.address} (hosted by "
+                f"ffn rank 0) went away: {exc}"
+            ) from exc
+        if problems:
+            raise AFDPeerError(
+                f"{self.me()}: the attention and FFN servers do not run the same "
+                "model split (same --model, dtype and "
+                "additional_config.afd.compute_gate_on_attention on both roles): "
+                + "; ".join(problems)
+            )
+        try:
+            self._pg = ProcessGroupGloo(
+                PrefixStore("gloo", self._store),
+                self.global_rank,
+                self.layout.world_size,
+                self._rendezvous_timeout,
+            )
+        except RuntimeError as exc:
+            raise AFDPeerError(
+                f"{self.me()}: could not connect the gloo group of the AFD world at "
+                f"{self.address}: {exc}"
+            ) from exc
+        # After rendezvous the store only answers "did this peer leave?".
+        self._store.set_timeout(min(self.peer_timeout, _STORE_TIMEOUT))
+        logger.info(
+            "afd-plugin: %s joined the AFD world at %s in %.1fs (%d ranks)",
+            self.me(),
+            self.address,
+            time.monotonic() - started,
+            self.layout.world_size,
+        )
+
+    def _exchange_identities(self, spec: ExchangeSpec, started: float) -> list[str]:
+        """Publish who this rank is and what it exchanges, read every peer's
+        record, and report any disagreement on the spec."""
+        assert self._store is not None
+        me = PeerInfo(
+            self.role, self.rank, _local_address(self._host, self._port), os.getpid()
+        )
+        record = {"peer": me.__dict__, "spec": spec.to_dict()}
+        self._store.set(f"peer/{self.global_rank}", json.dumps(record))
+        ranks = range(self.layout.world_size)
+        self._wait_for([f"peer/{g}" for g in ranks], started)
+        problems: list[str] = []
+        for g in ranks:
+            raw = json.loads(self._store.get(f"peer/{g}"))
+            self.peers[g] = PeerInfo(**raw["peer"])
+            for diff in spec.differences(ExchangeSpec.from_dict(raw["spec"])):
+                problems.append(f"{self.describe(g)} disagrees on {diff}")
+        # The store lives in ffn rank 0: it stays up until everyone has read.
+        self._store.set(f"read/{self.global_rank}", "1")
+        if self.global_rank == 0:
+            with contextlib.suppress(RuntimeError):
+                self._store.wait([f"read/{g}" for g in ranks], _STORE_TIMEOUT)
+        return problems
+
+    def _open_store(self) -> TCPStore:
+        is_master = self.global_rank == 0
+        try:
+            return TCPStore(
+                self._host,
+                self._port,
+                None,
+                is_master,
+                timeout=self._rendezvous_timeout,
+                wait_for_workers=False,
+            )
+        except (RuntimeError, OSError) as exc:
+            if is_master:
+                raise AFDPeerError(
+                    f"{self.me()} could not listen for the AFD rendezvous on "
+                    f"{self.address} (additional_config.afd.host/port): {exc}"
+                ) from exc
+            raise AFDPeerError(
+                f"{self.me()} could not reach the AFD rendezvous at {self.address} "
+                f"within {self._rendezvous_timeout.total_seconds():.0f}s "
+                "(rendezvous_timeout_s): is ffn rank 0 running and listening "
+                f"there? {exc}"
+            ) from exc
+
+    def _wait_for(self, keys: list[str], started: float) -> None:
+        assert self._store is not None
+        left = self._rendezvous_timeout - timedelta(seconds=time.monotonic() - started)
+        try:
+            self._store.wait(keys, max(left, timedelta(seconds=1)))
+        except RuntimeError as exc:
+            missing = [
+                self.describe(g) for g, key in enumerate(keys) if not self._check(key)
+            ]
+            raise AFDPeerError(
+                f"{self.me()}: these peers never arrived at the AFD rendezvous "
+                f"{self.address} within "
+                f"{self._rendezvous_timeout.total_seconds():.0f}s "
+                f"(rendezvous_timeout_s): {', '.join(missing) or '?'}"
+            ) from exc
+
+    def _check(self, key: str) -> bool:
+        try:
+            return bool(self._store is not None and self._store.check([key]))
+        except RuntimeError:
+            return False
+
+    # -- point to point -----------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        return self._pg is not None
+
+    def send(self, tensor: torch.Tensor, dst: int, tag: int, what: str) -> None:
+        pg = self._require_pg(what)
+        try:
+            pg.send([tensor], dst, tag).wait(self.peer_timeout)
+        except RuntimeError as exc:
+            raise self._peer_error(dst, f"sending {what}", exc) from exc
+
+    def recv(
+        self,
+        tensor: torch.Tensor,
+        src: int,
+        tag: int,
+        what: str,
+        timeout: timedelta | None = None,
+    ) -> None:
+        pg = self._require_pg(what)
+        try:
+            pg.recv([tensor], src, tag).wait(timeout or self.peer_timeout)
+        except RuntimeError as exc:
+            raise self._peer_error(src, f"receiving {what}", exc) from exc
+
+    def _require_pg(self, what: str) -> ProcessGroupGloo:
+        if self._pg is None:
+            raise RuntimeError(
+                f"{self.me()}: {what} before init_afd_connector() (or after close())"
+            )
+        return self._pg
+
+    def _peer_error(self, peer: int, doing: str, exc: Exception) -> AFDPeerError:
+        text = str(exc)
+        if "Timed out" in text or "timeout" in text.lower():
+            why = (
+                f"no answer within {self.peer_timeout.total_seconds():.0f}s "
+                "(peer_timeout_s)"
+            )
+        elif self.peer_left(peer):
+            why = "the peer closed its AFD connector (it is shutting down)"
+        else:
+            why = "the connection to the peer is lost (it crashed or was killed)"
+        return AFDPeerError(
+            f"{self.me()} failed {doing} with {self.describe(peer)}: {why}. "
+            f"gloo: {text.splitlines()[0] if text else type(exc).__name__}"
+        )
+
+    # -- leaving ------------------------------------------------------------
+
+    def peer_left(self, global_rank: int) -> bool:
+        """Whether ``global_rank`` announced an orderly close."""
+        return self._check(f"left/{global_rank}")
+
+    def close(self) -> None:
+        """Announce an orderly leave (best effort), then drop group and store."""
+        store, self._store = self._store, None
+        pg, self._pg = self._pg, None
+        if store is not None and pg is not None:
+            try:
+                store.set_timeout(_LEAVE_TIMEOUT)
+                store.set(f"left/{self.global_rank}", "1")
+            except RuntimeError:
+                logger.debug("afd-plugin: %s could not announce its leave", self.me())
+        del pg, store

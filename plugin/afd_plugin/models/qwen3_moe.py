@@ -1,0 +1,137 @@
+"""Qwen3-MoE split by role. Attention: vLLM's own model with each MLP/MoE
+block built as a ``RemoteFFN``. FFN: gate, experts and dense MLPs only.
+The gate runs on the FFN role only (AFD-I7).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import nn
+from vllm.config import VllmConfig
+from vllm.model_executor.models import qwen3_moe as qm
+from vllm.model_executor.models.utils import extract_layer_index
+
+from afd_plugin.connectors.base import ExchangeSpec, LayerExchange
+from afd_plugin.models.ownership import owned_by_role
+from afd_plugin.models.remote_ffn import RemoteFFN, swapped_names
+from afd_plugin.models.role_model import (
+    FFNBlocks,
+    FFNRoleModel,
+    exchange_spec,
+)
+from afd_plugin.runtime.role import require_afd_config
+
+
+def is_moe_layer(config: Any, index: int) -> bool:
+    """vLLM's Qwen3MoeDecoderLayer rule for a sparse MoE block."""
+    mlp_only = getattr(config, "mlp_only_layers", None) or []
+    return (
+        index not in mlp_only
+        and config.num_experts > 0
+        and (index + 1) % config.decoder_sparse_step == 0
+    )
+
+
+class _RemoteQwen3MoeBlock(RemoteFFN):
+    """Stand-in for Qwen3MoeSparseMoeBlock (keyword API)."""
+
+    kind = "moe"
+    router_logits = 0
+
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = "", **_: Any):
+        super().__init__(extract_layer_index(prefix))
+        experts = vllm_config.model_config.hf_text_config.num_experts
+        # Read by vLLM's MoE bookkeeping; the experts live on the FFN role.
+        self.n_routed_experts = self.n_logical_experts = experts
+        self.n_physical_experts = self.n_local_physical_experts = experts
+        self.n_redundant_experts = 0
+        self.experts = None
+
+
+class _RemoteQwen3MoeMLP(RemoteFFN):
+    """Stand-in for Qwen3MoeMLP (keyword API)."""
+
+    kind = "dense"
+    router_logits = 0
+
+    def __init__(self, *, prefix: str = "", **_: Any) -> None:
+        super().__init__(extract_layer_index(prefix))
+
+
+class Qwen3MoeAttentionModel(qm.Qwen3MoeForCausalLM):
+    """Attention role of Qwen3-MoE: embeddings, attention, norms, LM head."""
+
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = "") -> None:
+        afd = require_afd_config(vllm_config)
+        with swapped_names(
+            qm,
+            Qwen3MoeSparseMoeBlock=_RemoteQwen3MoeBlock,
+            Qwen3MoeMLP=_RemoteQwen3MoeMLP,
+        ):
+            super().__init__(vllm_config=vllm_config, prefix=prefix)
+        self.afd = afd
+        self.moe_layers = []
+        blocks = [layer.mlp for layer in self.model.layers]
+        self.afd_spec = exchange_spec(
+            vllm_config,
+            self.config.hidden_size,
+            None,
+            (LayerExchange(b.layer_index, b.kind, 0) for b in blocks),
+        )
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        mine = ((n, w) for n, w in weights if owned_by_role(n, "attention", False))
+        return super().load_weights(mine)
+
+
+class _Qwen3Blocks(FFNBlocks):
+    """The attributes vLLM's Qwen3MoeModel.load_weights reads, over blocks."""
+
+    hf_to_vllm_mapper = qm.Qwen3MoeModel.hf_to_vllm_mapper
+
+    def __init__(self, vllm_config: VllmConfig, blocks: list[nn.Module]) -> None:
+        super().__init__(blocks)
+        self.config = vllm_config.model_config.hf_text_config
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        return qm.Qwen3MoeModel.load_weights(self, weights)  # type: ignore[arg-type]
+
+
+class Qwen3MoeFFNModel(FFNRoleModel):
+    """FFN role of Qwen3-MoE: gate, routed experts, dense MLP layers."""
+
+    def build_blocks(self, vllm_config: VllmConfig, prefix: str) -> nn.Module:
+        config = self.config
+        blocks: list[nn.Module] = []
+        for i in range(config.num_hidden_layers):
+            block_prefix = f"{prefix}.layers.{i}.mlp"
+            if is_moe_layer(config, i):
+                block: nn.Module = qm.Qwen3MoeSparseMoeBlock(
+                    vllm_config=vllm_config, prefix=block_prefix
+                )
+            else:
+                block = qm.Qwen3MoeMLP(
+                    hidden_size=config.hidden_size,
+                    intermediate_size=config.intermediate_size,
+                    hidden_act=config.hidden_act,
+                    quant_config=vllm_config.quant_config,
+                    prefix=block_prefix,
+                )
+            blocks.append(block)
+        return _Qwen3Blocks(vllm_config, blocks)
+
+    def build_exchange_spec(self, vllm_config: VllmConfig) -> ExchangeSpec:
+        config = self.config
+        layers = (
+            LayerExchange(i, "moe" if is_moe_layer(config, i) else "dense", 0)
+            for i in range(config.num_hidden_layers)
+        )
+        return exchange_spec(vllm_config, config.hidden_size, None, layers)
+
+    def run_block(
+        self, layer: int, hidden: torch.Tensor, router_logits: torch.Tensor | None
+    ) -> torch.Tensor:
+        return self.model.layers[layer].mlp(hidden)

@@ -1,0 +1,62 @@
+"""The attention role's stand-in for a decoder layer's MLP/MoE block, and the
+build-time swap that puts it where vLLM's model code builds that block.
+
+The attention role runs vLLM's own decoder layers; only the FFN block becomes
+a ``RemoteFFN`` that exchanges through the connector in the step's metadata.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import ModuleType
+from typing import Any
+
+import torch
+from torch import nn
+
+from afd_plugin.runtime.metadata import current_metadata
+
+
+class RemoteFFN(nn.Module):
+    """Sends the block input (and router logits when the gate lives here) to
+    the FFN role and returns what it computed."""
+
+    def __init__(self, layer_index: int, gate: nn.Module | None = None) -> None:
+        super().__init__()
+        self.layer_index = layer_index
+        self.gate = gate
+
+    def forward(self, hidden_states: torch.Tensor, *_: Any, **__: Any) -> torch.Tensor:
+        metadata = current_metadata()
+        connector = metadata.connector
+        extras: dict[str, torch.Tensor] = {}
+        if self.gate is not None:
+            router_logits, _ = self.gate(hidden_states)
+            extras["router_logits"] = router_logits
+        connector.send_attn_output(
+            hidden_states, self.layer_index, metadata.stage, **extras
+        )
+        return connector.recv_ffn_output(self.layer_index, metadata.stage)
+
+
+@contextmanager
+def swapped_names(module: ModuleType, **replacements: Any) -> Iterator[None]:
+    """Bind ``replacements`` in a vLLM model module while one role model is
+    built, then restore them. Fails loudly when vLLM renamed a target."""
+    from vllm import __version__ as vllm_version
+
+    missing = [name for name in replacements if not hasattr(module, name)]
+    if missing:
+        raise RuntimeError(
+            f"vLLM {vllm_version}: {module.__name__} no longer defines "
+            f"{', '.join(missing)}; the AFD model wrapper needs an update"
+        )
+    saved = {name: getattr(module, name) for name in replacements}
+    try:
+        for name, value in replacements.items():
+            setattr(module, name, value)
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(module, name, value)

@@ -1,0 +1,138 @@
+"""Faults through real vLLM: a peer dies mid-generation or never arrives, a
+bad ``additional_config``, a wrong worker class. Each fails fast and loudly.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import urllib.error
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from vllm_servers import PROMPTS, Servers, VllmServer, afd_config, free_port
+
+pytestmark = pytest.mark.e2e
+
+FAIL_FAST_S = 30.0
+EXIT_WITHIN_S = 240.0
+
+
+def test_ffn_killed_mid_generation_fails_attention_fast(
+    servers: Servers, deepseek_v2: Path
+) -> None:
+    ffn, attention = servers.afd_pair(deepseek_v2)
+    attention.wait_ready()
+    outcome: dict[str, object] = {}
+
+    def generate() -> None:
+        try:
+            outcome["tokens"] = attention.complete(PROMPTS, max_tokens=400)
+        except (urllib.error.URLError, OSError) as exc:
+            outcome["error"] = exc
+
+    client = threading.Thread(target=generate)
+    client.start()
+    time.sleep(2.0)  # the FFN is serving decode steps now
+    assert ffn.proc is not None
+    os.killpg(ffn.proc.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    client.join(FAIL_FAST_S)
+    assert not client.is_alive(), "the request hung after the FFN died"
+    assert "error" in outcome, "generation finished although the FFN was killed"
+    code = attention.wait_exit(FAIL_FAST_S)
+    assert code is not None, "the attention server is still up without its FFN"
+    assert time.monotonic() - killed < FAIL_FAST_S
+    log = attention.log_text()
+    assert "AFDPeerError: AFD attention rank 0 failed" in log, attention.log_tail()
+    assert "with ffn rank 0 (pid" in log
+    assert "AFD rendezvous 127.0.0.1:" in log
+    assert "the connection to the peer is lost" in log
+    assert " of step " in log or "(step " in log  # the step (and layer) it hit
+
+
+def test_ffn_server_answers_health_but_refuses_requests(
+    servers: Servers, qwen3_moe: Path
+) -> None:
+    ffn, attention = servers.afd_pair(qwen3_moe)
+    attention.wait_ready()
+    ffn.wait_ready()  # /health answers on the FFN server too
+    with pytest.raises(urllib.error.HTTPError):
+        ffn.complete(PROMPTS[:1], max_tokens=4)
+    assert ffn.wait_exit(FAIL_FAST_S) is not None, "FFN kept running"
+    assert "this is an AFD ffn server" in ffn.log_text(), ffn.log_tail()
+    assert "send requests to the attention server" in ffn.log_text()
+
+
+class FailingServers:
+    """Misconfigured servers, started together (startup dominates the cost)."""
+
+    def __init__(self, servers: Servers, model: Path) -> None:
+        afd = afd_config("attention", free_port())
+        bad = {"afd": {**afd["afd"], "num_ffn_ranks": 0, "prot": 29650}}
+        lonely = afd_config(
+            "attention",
+            free_port(),
+            timeouts={"rendezvous_timeout_s": 10.0, "peer_timeout_s": 5.0},
+        )
+        log_dir = servers.log_dir
+        self.bad_config = VllmServer("bad-config", model, log_dir, bad)
+        self.wrong_worker = VllmServer(
+            "wrong-worker",
+            model,
+            log_dir,
+            afd,
+            ["--worker-cls", "vllm.v1.worker.cpu_worker.CPUWorker"],
+        )
+        self.no_ffn = VllmServer("no-ffn", model, log_dir, lonely)
+        self.all = [self.bad_config, self.wrong_worker, self.no_ffn]
+        for server in self.all:
+            servers.start(server)
+        self.codes = {s.name: s.wait_exit(EXIT_WITHIN_S) for s in self.all}
+
+
+@pytest.fixture(scope="module")
+def failing(
+    tmp_path_factory: pytest.TempPathFactory, deepseek_v2: Path
+) -> Iterator[FailingServers]:
+    started = Servers(tmp_path_factory.mktemp("failing"))
+    try:
+        yield FailingServers(started, deepseek_v2)
+    finally:
+        problems = started.stop_all()
+    assert not problems, "; ".join(problems)
+
+
+def _assert_failed(server: VllmServer, failing: FailingServers) -> str:
+    code = failing.codes[server.name]
+    assert code is not None, f"{server.name} still running\n{server.log_tail()}"
+    assert code != 0, f"{server.name} exited 0\n{server.log_tail()}"
+    return server.log_text()
+
+
+def test_bad_additional_config_exits_naming_every_field(
+    failing: FailingServers,
+) -> None:
+    log = _assert_failed(failing.bad_config, failing)
+    assert "additional_config.afd.num_ffn_ranks" in log
+    assert "additional_config.afd.prot: unknown field" in log
+
+
+def test_non_afd_worker_class_with_afd_config_is_an_error(
+    failing: FailingServers,
+) -> None:
+    log = _assert_failed(failing.wrong_worker, failing)
+    assert "parallel_config.worker_cls" in log
+    assert "'vllm.v1.worker.cpu_worker.CPUWorker' is not an AFD attention worker" in log
+
+
+def test_attention_without_ffn_fails_after_rendezvous_timeout(
+    failing: FailingServers,
+) -> None:
+    log = _assert_failed(failing.no_ffn, failing)
+    assert "AFD attention rank 0 could not reach the AFD rendezvous" in log
+    assert "within 10s (rendezvous_timeout_s)" in log
+    assert "ffn rank 0" in log

@@ -1,0 +1,92 @@
+"""Token parity: an AFD deployment (attention server + FFN server exchanging
+hidden states per layer over gloo) produces the greedy tokens of colocated vLLM.
+
+Prompts go one request at a time: on the CPU backend vLLM's MLA path (DeepSeek)
+gives a prompt other tokens depending on which prompts share its batch, in a
+colocated server too. Qwen3-MoE does not, so it is also compared batched.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from vllm_servers import PROMPTS, Servers, VllmServer
+
+pytestmark = pytest.mark.e2e
+
+CASES = {
+    "deepseek_v2-gate-on-ffn": ("deepseek_v2", {}),
+    "deepseek_v2-gate-on-attention": (
+        "deepseek_v2",
+        {"compute_gate_on_attention": True},
+    ),
+    "qwen3_moe": ("qwen3_moe", {}),
+}
+
+
+@pytest.fixture(scope="module")
+def colocated_tokens() -> dict[str, list[list[int]]]:
+    """Greedy tokens of a colocated (non-AFD) server, by model, once each."""
+    return {}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_afd_tokens_equal_colocated(
+    case: str,
+    servers: Servers,
+    colocated_tokens: dict[str, list[list[int]]],
+    request: pytest.FixtureRequest,
+) -> None:
+    arch, afd = CASES[case]
+    model = request.getfixturevalue(arch)
+    ffn, attention = servers.afd_pair(model, **afd)
+    baseline = None
+    if arch not in colocated_tokens:
+        baseline = servers.start(VllmServer("colocated", model, servers.log_dir))
+    attention.wait_ready()
+    afd_tokens = attention.complete_each(PROMPTS)
+    if baseline is not None:
+        baseline.wait_ready()
+        colocated_tokens[arch] = baseline.complete_each(PROMPTS)
+        baseline.stop()
+
+    assert afd_tokens == colocated_tokens[arch]
+    assert all(len(t) == 16 for t in afd_tokens)
+    if arch == "qwen3_moe":
+        # All eight prompts in one request: multi-sequence steps on both roles.
+        assert attention.complete(PROMPTS) == colocated_tokens[arch]
+    assert ffn.exit_code() is None, ffn.log_tail()
+    ffn_log = ffn.log_text()
+    assert "AFD ffn rank 0 joined the AFD world" in ffn_log
+    assert "FFN daemon serving" in ffn_log
+    # The FFN server holds no KV cache; the attention server does.
+    assert "KV cache size" not in ffn_log
+    assert "KV cache size" in attention.log_text()
+
+
+def test_two_attention_ranks_share_one_ffn_rank(
+    servers: Servers, deepseek_v2: Path
+) -> None:
+    """2A1F: attention DP2 (two engine cores, one attention rank each) served
+    by one FFN rank. The FFN batches the tokens of both ranks (an idle rank
+    sends its dummy token), so its kernels see other batch shapes than the
+    colocated server; fp32 makes the comparison exact on this model."""
+    fp32 = ["--dtype", "float32"]
+    ffn, attention = servers.afd_pair(
+        deepseek_v2,
+        args=fp32,
+        attention_args=["--data-parallel-size", "2"],
+        num_attention_ranks=2,
+    )
+    baseline = servers.start(
+        VllmServer("colocated-fp32", deepseek_v2, servers.log_dir, None, fp32)
+    )
+    attention.wait_ready()
+    afd_tokens = attention.complete_each(PROMPTS)
+    baseline.wait_ready()
+    assert afd_tokens == baseline.complete_each(PROMPTS)
+    log = attention.log_text()
+    for rank in (0, 1):
+        assert f"AFD attention rank {rank} joined the AFD world" in log
+    assert "(3 ranks)" in log

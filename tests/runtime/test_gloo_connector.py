@@ -1,0 +1,307 @@
+"""P2pGlooAFDConnector between two peers (threads; a process where one must
+die): one step end to end, payload framing, close / re-init, peers that die
+or never come, spec checks.
+
+Needs torch (the cpu extra, tox env e2e); no vLLM.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+import pytest
+import torch
+
+from afd_plugin.config import AFDConfig
+from afd_plugin.connectors.base import (
+    AFDPeerError,
+    ExchangeSpec,
+    LayerExchange,
+)
+from afd_plugin.connectors.cpu.p2p_gloo import (
+    TAG_CONTROL_BYTES,
+    TAG_CONTROL_LENGTH,
+    P2pGlooAFDConnector,
+)
+from afd_plugin.connectors.cpu.schema import P2pGlooExtraConfig
+from afd_plugin.wire import (
+    AFDControlPayload,
+    AFDWireError,
+    decode_payload,
+    encode_payload,
+)
+
+HIDDEN = 8
+EXPERTS = 4
+SPEC = ExchangeSpec(
+    hidden_size=HIDDEN,
+    dtype="bfloat16",
+    router_dtype="float32",
+    layers=(LayerExchange(0, "dense", 0), LayerExchange(1, "moe", EXPERTS)),
+)
+TOKENS = 5
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def connector(
+    role: str, port: int, rendezvous: float = 30.0, peer: float = 10.0
+) -> P2pGlooAFDConnector:
+    config = AFDConfig(role=role, connector="P2pGlooAFDConnector", port=port)
+    extra = P2pGlooExtraConfig(rendezvous_timeout_s=rendezvous, peer_timeout_s=peer)
+    return P2pGlooAFDConnector(config, 0, extra)
+
+
+def step(counts: tuple[int, ...] = (TOKENS,)) -> AFDControlPayload:
+    return AFDControlPayload(stage_key=0, token_counts=counts, max_count=max(counts))
+
+
+def ffn_compute(hidden: Any, logits: Any | None) -> Any:
+    out = hidden * 2
+    if logits is not None:
+        out = out + logits.sum(-1, keepdim=True).to(out.dtype)
+    return out
+
+
+# -- the FFN process --------------------------------------------------------
+
+
+def ffn_main(port: int, mode: str, rounds: int, spec: dict[str, Any]) -> None:
+    conn = connector("ffn", port)
+    conn.bind(ExchangeSpec.from_dict(spec))
+    for _ in range(rounds):
+        conn.init_afd_connector()
+        world = conn.world_or_raise()
+        if mode == "hang":
+            conn.control_plane.recv_dp_metadata_list()
+            time.sleep(3)  # alive, connected, silent
+        elif mode == "raw-frames":
+            length = torch.empty(1, dtype=torch.int64)
+            world.recv(length, 1, TAG_CONTROL_LENGTH, "length")
+            body = torch.empty(int(length.item()), dtype=torch.uint8)
+            world.recv(body, 1, TAG_CONTROL_BYTES, "bytes")
+            reply = body.numpy().tobytes()
+            world.send(torch.frombuffer(bytearray(reply), dtype=torch.uint8), 1, 9, "r")
+        else:
+            payload = conn.control_plane.recv_dp_metadata_list()
+            conn.update_state_from_dp_metadata(payload)
+            if mode == "die":
+                os._exit(3)
+            for layer in (0, 1):
+                hidden, extras = conn.recv_attn_output(layer, 0)
+                out = ffn_compute(hidden, extras.get("router_logits"))
+                conn.send_ffn_output(out, layer, 0)
+        conn.close()
+    conn.close()
+
+
+class Peer(threading.Thread):
+    """The other role, in a thread; ``error`` holds what it raised."""
+
+    def __init__(self, target: Any, *args: Any) -> None:
+        super().__init__(daemon=True)
+        self.error: BaseException | None = None
+        self._call = (target, args)
+
+    def run(self) -> None:
+        target, args = self._call
+        try:
+            target(*args)
+        except BaseException as exc:  # reported to the test
+            self.error = exc
+
+    def finish(self) -> BaseException | None:
+        self.join(30)
+        assert not self.is_alive(), "the peer thread hung"
+        return self.error
+
+
+def start_ffn(port: int, mode: str = "serve", rounds: int = 1, spec=SPEC) -> Peer:
+    peer = Peer(ffn_main, port, mode, rounds, spec.to_dict())
+    peer.start()
+    return peer
+
+
+def attention_step(conn: P2pGlooAFDConnector) -> None:
+    conn.control_plane.send_dp_metadata_list(step())
+    for layer in (0, 1):
+        hidden = torch.randn(TOKENS, HIDDEN).to(torch.bfloat16)
+        extras = {}
+        if layer == 1:
+            extras["router_logits"] = torch.randn(TOKENS, EXPERTS)
+        conn.send_attn_output(hidden, layer, 0, **extras)
+        out = conn.recv_ffn_output(layer, 0)
+        assert out.dtype == torch.bfloat16 and out.shape == hidden.shape
+        expected = ffn_compute(hidden, extras.get("router_logits"))
+        assert torch.equal(out, expected)
+
+
+# -- tests ------------------------------------------------------------------
+
+
+def test_one_step_then_close_and_reinit_on_the_same_port() -> None:
+    port = free_port()
+    ffn = start_ffn(port, rounds=2)
+    conn = connector("attention", port)
+    conn.bind(SPEC)
+    for _ in range(2):
+        conn.init_afd_connector()
+        attention_step(conn)
+        assert conn.step == 1
+        conn.close()
+        conn.close()
+    assert ffn.finish() is None
+
+
+def test_control_payload_is_length_then_uint8_json() -> None:
+    port = free_port()
+    ffn = start_ffn(port, mode="raw-frames")
+    conn = connector("attention", port)
+    conn.bind(SPEC)
+    conn.init_afd_connector()
+    sent = step((TOKENS,))
+    conn.control_plane.send_dp_metadata_list(sent)
+    # The attention side updated its state before sending (AFD-I10).
+    assert conn.state is not None and conn.state.payload == sent
+    world = conn.world_or_raise()
+    echo = torch.empty(len(encode_payload(sent)), dtype=torch.uint8)
+    world.recv(echo, 0, 9, "echo")
+    assert echo.numpy().tobytes() == encode_payload(sent)
+    assert decode_payload(echo.numpy().tobytes()) == sent
+    conn.close()
+    assert ffn.finish() is None
+
+
+def test_oversized_length_header_is_refused_before_reading() -> None:
+    # The FFN role runs here; the peer plays a broken attention.
+    port = free_port()
+    attention = Peer(bogus_attention_main, port)
+    attention.start()
+    conn = connector("ffn", port)
+    conn.bind(SPEC)
+    conn.init_afd_connector()
+    with pytest.raises(AFDWireError, match="control payload length"):
+        conn.control_plane.recv_dp_metadata_list()
+    conn.close()
+    assert attention.finish() is None
+
+
+def bogus_attention_main(port: int) -> None:
+    conn = connector("attention", port)
+    conn.bind(SPEC)
+    conn.init_afd_connector()
+    length = torch.tensor([1 << 40], dtype=torch.int64)
+    conn.world_or_raise().send(length, 0, TAG_CONTROL_LENGTH, "bogus")
+    time.sleep(1)
+    conn.close()
+
+
+def test_close_is_safe_unbuilt_and_half_built() -> None:
+    conn = connector("attention", free_port(), rendezvous=1.0)
+    conn.close()
+    conn.close()
+    conn.bind(SPEC)
+    with pytest.raises(AFDPeerError) as failed:
+        conn.init_afd_connector()
+    message = str(failed.value)
+    assert "AFD attention rank 0 could not reach the AFD rendezvous" in message
+    assert "within 1s (rendezvous_timeout_s)" in message
+    assert "ffn rank 0" in message
+    conn.close()
+    conn.close()
+    with pytest.raises(RuntimeError, match="not initialised"):
+        conn.world_or_raise()
+    # A failed attempt leaves nothing that blocks the next one.
+    with pytest.raises(AFDPeerError):
+        conn.init_afd_connector()
+    with pytest.raises(AFDPeerError):
+        conn.init_afd_connector()
+    conn.close()
+
+
+def test_ffn_alone_names_the_missing_attention_rank_and_can_retry() -> None:
+    port = free_port()
+    conn = connector("ffn", port, rendezvous=1.0)
+    conn.bind(SPEC)
+    for _ in range(2):  # the second attempt reuses the port of the first
+        with pytest.raises(AFDPeerError) as failed:
+            conn.init_afd_connector()
+        message = str(failed.value)
+        assert "these peers never arrived at the AFD rendezvous" in message
+        assert f"attention rank 0 (AFD rendezvous 127.0.0.1:{port})" in message
+    conn.close()
+    conn.close()
+
+
+def test_dead_ffn_is_reported_fast_with_the_peer_named() -> None:
+    port = free_port()
+    ffn = mp.get_context("spawn").Process(
+        target=ffn_main, args=(port, "die", 1, SPEC.to_dict()), daemon=True
+    )
+    ffn.start()
+    conn = connector("attention", port, peer=60.0)
+    conn.bind(SPEC)
+    conn.init_afd_connector()
+    conn.control_plane.send_dp_metadata_list(step())
+    ffn.join(30)
+    assert ffn.exitcode == 3
+    started = time.monotonic()
+    with pytest.raises(AFDPeerError) as failed:
+        conn.send_attn_output(torch.zeros(TOKENS, HIDDEN, dtype=torch.bfloat16), 0, 0)
+        conn.recv_ffn_output(0, 0)
+    assert time.monotonic() - started < 10, "a dead peer waited for peer_timeout_s"
+    message = str(failed.value)
+    assert f"with ffn rank 0 (pid {ffn.pid} on 127.0.0.1" in message
+    assert f"AFD rendezvous 127.0.0.1:{port}" in message
+    assert "(step 1, layer 0, stage 0)" in message
+    assert "connection to the peer is lost" in message
+    conn.close()
+    conn.close()
+
+
+def test_silent_ffn_fails_the_step_after_peer_timeout() -> None:
+    port = free_port()
+    ffn = start_ffn(port, mode="hang")
+    conn = connector("attention", port, peer=1.0)
+    conn.bind(SPEC)
+    conn.init_afd_connector()
+    conn.control_plane.send_dp_metadata_list(step())
+    started = time.monotonic()
+    with pytest.raises(AFDPeerError) as failed:
+        # gloo completes a send only once the peer posted the receive.
+        hidden = torch.zeros(TOKENS, HIDDEN, dtype=torch.bfloat16)
+        conn.send_attn_output(hidden, 0, 0)
+        conn.recv_ffn_output(0, 0)
+    assert 0.9 < time.monotonic() - started < 5
+    message = str(failed.value)
+    assert "(step 1, layer 0, stage 0)" in message
+    assert "with ffn rank 0 (pid" in message
+    assert "no answer within 1s (peer_timeout_s)" in message
+    conn.close()
+    ffn.finish()
+
+
+def test_roles_disagreeing_on_the_split_fail_at_rendezvous() -> None:
+    port = free_port()
+    other = ExchangeSpec(
+        hidden_size=HIDDEN,
+        dtype="bfloat16",
+        router_dtype="float32",
+        layers=(LayerExchange(0, "dense", 0), LayerExchange(1, "moe", 0)),
+    )
+    ffn = start_ffn(port, spec=other)
+    conn = connector("attention", port)
+    conn.bind(SPEC)
+    with pytest.raises(AFDPeerError, match="do not run the same model split"):
+        conn.init_afd_connector()
+    conn.close()
+    assert isinstance(ffn.finish(), AFDPeerError)
