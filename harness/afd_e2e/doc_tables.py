@@ -16,6 +16,17 @@ from afd_plugin.config import ALIASES, AFDConfig
 from afd_plugin.connectors.registry import AFDConnectorFactory
 from afd_plugin.graph_policy import allowed_graph_modes
 from afd_plugin.model_support import MODEL_FAMILIES
+from afd_plugin.models import ROLE_MODELS
+
+# Platforms whose runtime this repository's own CI runs end to end
+# (`tox -e e2e`); every other implemented path awaits a hardware run.
+CI_PLATFORMS = ("cpu",)
+
+
+def _status(platform: str, implemented: bool) -> str:
+    if not implemented:
+        return "not yet"
+    return "yes, run in CI" if platform in CI_PLATFORMS else "yes, no hardware run yet"
 
 
 def _table(header: Iterable[str], rows: Iterable[Iterable[str]]) -> str:
@@ -53,7 +64,7 @@ def connector_table() -> str:
                 "yes" if spec.has_control_plane else "no",
                 modes,
                 _code(schema.model_fields) or "(none)",
-                "yes" if spec.implemented else "not yet",
+                _status(spec.platform, spec.implemented),
                 spec.notes,
             ]
         )
@@ -79,11 +90,13 @@ def model_table() -> str:
             _code(fam.architectures),
             ", ".join(fam.platforms),
             "either side" if fam.gate_on_attention else "FFN only",
+            _code(a for a in fam.architectures if a in ROLE_MODELS) or "not yet",
             fam.notes,
         ]
         for fam in MODEL_FAMILIES
     ]
-    return _table(["Model family", "Architectures", "Platforms", "Gate", "Notes"], rows)
+    header = ["Model family", "Architectures", "Platforms", "Gate"]
+    return _table([*header, "Role-split model in this build", "Notes"], rows)
 
 
 def _type_name(annotation: object) -> str:

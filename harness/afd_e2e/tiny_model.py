@@ -7,6 +7,7 @@ arithmetic text; cached in a directory named by a hash of the build spec.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -171,6 +172,13 @@ def model_dir(arch: str, out_root: Path) -> Path:
     return Path(out_root) / f"tiny-{arch}-{spec_hash(build_spec(arch))}"
 
 
+BUILD_LIBRARIES = ("torch", "transformers", "tokenizers", "safetensors")
+
+
+class TinyModelError(RuntimeError):
+    """The tiny model cannot be built here; the message says what to install."""
+
+
 def build_tiny_model(arch: str, out_root: Path | str | None = None) -> Path:
     """Build (or reuse) the tiny ``arch`` model under ``out_root``; return its
     directory. Same spec, same directory; concurrent builders are safe."""
@@ -179,6 +187,13 @@ def build_tiny_model(arch: str, out_root: Path | str | None = None) -> Path:
     target = model_dir(arch, root)
     if (target / SPEC_FILE).is_file():
         return target
+    missing = [m for m in BUILD_LIBRARIES if importlib.util.find_spec(m) is None]
+    if missing:
+        raise TinyModelError(
+            f"building the tiny {arch} model needs {', '.join(missing)}, which "
+            "this environment lacks; install the cpu extra "
+            "(pip install -e '.[cpu]') or run through tox (tox -e main)"
+        )
     root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=root))
     staging.chmod(0o755)

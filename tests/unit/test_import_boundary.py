@@ -24,6 +24,7 @@ PURE_MODULES = [
     "afd_plugin.evidence",
     "afd_plugin.worker_selection",
     "afd_plugin.patches",
+    "afd_plugin.models",
     "afd_plugin.connectors.base",
     "afd_plugin.connectors.registry",
     "afd_plugin.connectors.cpu.schema",

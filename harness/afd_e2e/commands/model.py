@@ -6,9 +6,12 @@ Needs torch, transformers and tokenizers (the ``cpu`` extra); nothing downloads.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from afd_e2e.tiny_model import ARCHS, DEFAULT_ROOT_ENV, build_tiny_model
+from afd_e2e.tiny_model import ARCHS, DEFAULT_ROOT_ENV, TinyModelError, build_tiny_model
+
+BAD_ENVIRONMENT = 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,6 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    path = build_tiny_model(args.arch, args.out)
+    try:
+        path = build_tiny_model(args.arch, args.out)
+    except TinyModelError as exc:
+        print(f"afd-e2e model tiny: {exc}", file=sys.stderr)
+        return BAD_ENVIRONMENT
     print(path)
     return 0

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -17,6 +18,11 @@ from afd_plugin.errors import AFDConfigError
 
 DEFAULT_SCENARIO = "cpu-eager-1a1f"
 BAD_INPUT = 2
+VLLM_INSTALL = {
+    "cpu": "the cpu extra (pip install -e '.[cpu,eval]')",
+    "cuda": "the cuda extra (pip install -e '.[cuda,eval]')",
+    "npu": "vLLM 0.32.0 with vllm-ascend, then pip install -e '.[eval]'",
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -103,10 +109,22 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return BAD_INPUT
+    if importlib.util.find_spec("vllm") is None:
+        print(
+            f"afd-e2e run: {args.scenario} starts vLLM servers, but vLLM is not "
+            f"installed in this environment; install {VLLM_INSTALL[scenario.backend]} "
+            "(or use tox -e main); nothing was started",
+            file=sys.stderr,
+        )
+        return BAD_INPUT
     if scenario.model.tiny is not None:
-        from afd_e2e.tiny_model import build_tiny_model
+        from afd_e2e.tiny_model import TinyModelError, build_tiny_model
 
-        built = build_tiny_model(scenario.model.tiny.arch, _model_root(args))
+        try:
+            built = build_tiny_model(scenario.model.tiny.arch, _model_root(args))
+        except TinyModelError as exc:
+            print(f"afd-e2e run: {exc}; nothing was started", file=sys.stderr)
+            return BAD_INPUT
         assert str(built) == plan.model_path, (built, plan.model_path)
     from afd_e2e.runner import execute
 

@@ -1,0 +1,105 @@
+"""The main job through the harness: ``afd-e2e run`` on the CPU scenarios
+starts real vLLM servers (FFN, attention, a colocated baseline), checks token
+parity and GSM8K agreement, tears everything down with no SIGKILL and no
+process left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN_LIMIT_S = 1500
+
+
+def run_scenario(scenario: str, run_dir: Path, model_root: Path) -> dict:
+    """``afd-e2e run`` as a user runs it; its results.json."""
+    argv = [
+        sys.executable,
+        "-m",
+        "afd_e2e.cli",
+        "run",
+        scenario,
+        "--run-dir",
+        str(run_dir),
+        "--model-root",
+        str(model_root),
+        "--json",
+    ]
+    done = subprocess.run(
+        argv,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=RUN_LIMIT_S,
+        start_new_session=True,
+    )
+    results_path = run_dir / "results.json"
+    assert results_path.exists(), done.stderr[-4000:]
+    results = json.loads(results_path.read_text())
+    assert done.returncode == results["exit_code"], done.stderr[-4000:]
+    stdout_results = json.loads(done.stdout)
+    assert stdout_results["run_id"] == results["run_id"]
+    results["_stderr"] = done.stderr
+    return results
+
+
+def processes_with_marker(run_id: str) -> list[int]:
+    """Pids whose environment carries this run's marker."""
+    needle = f"AFD_E2E_RUN_ID={run_id}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("scenario", ["cpu-eager-1a1f", "cpu-eager-1a1f-qwen3"])
+def test_main_job_passes_parity_and_gsm8k_agreement(
+    scenario: str, tmp_path: Path, tiny_model_root: Path
+) -> None:
+    results = run_scenario(scenario, tmp_path / "run", tiny_model_root)
+    stderr = results.pop("_stderr")
+    checks = {c["name"]: c for c in results["checks"]}
+    assert results["outcome"] == "pass", (
+        json.dumps(results["checks"], indent=1) + stderr[-3000:]
+    )
+    assert results["exit_code"] == 0
+
+    parity = checks["parity"]
+    assert parity["passed"] and parity["message"].startswith("PASS parity 8 prompts")
+    assert parity["figures"]["mismatched_prompts"] == 0
+
+    # GSM8K ran through lm-eval on both deployments, with the exact sample
+    # count, and every AFD answer equals the colocated answer.
+    assert checks["gsm8k"]["passed"], checks["gsm8k"]
+    assert checks["gsm8k"]["figures"]["n"] == 8
+    answers = checks["gsm8k_answers"]
+    assert answers["passed"], answers
+    assert answers["figures"]["compared"] == 8
+    assert answers["figures"]["differing"] == 0
+
+    # Both roles and the baseline served, and none needed SIGKILL.
+    teardown = results["teardown"]
+    assert teardown["escalated"] == [] and teardown["leaks"] == []
+    assert set(teardown["exit_codes"]) >= {"ffn:0", "attention:0"}
+    assert processes_with_marker(results["run_id"]) == []
+
+    # The FFN log shows that it served the steps, the summary table was printed.
+    ffn_log = (tmp_path / "run" / "ffn-0.log").read_text(errors="replace")
+    assert "FFN daemon serving" in ffn_log
+    assert "parity" in stderr and "PASS" in stderr
+    assert (tmp_path / "run" / "junit.xml").exists()
