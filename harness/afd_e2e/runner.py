@@ -214,9 +214,9 @@ def execute(plan: LaunchPlan, scenario: Scenario, args: argparse.Namespace) -> i
         report.interrupted_by = report.interrupted_by or guard.signame
     write_results_json(report, plan.run_dir / "results.json")
     write_junit(report, plan.run_dir / "junit.xml")
+    # The table is for people (stderr, always); --json is for programs (stdout).
+    print(summary_table(report), file=sys.stderr)
+    print(f"results: {Path(plan.run_dir) / 'results.json'}", file=sys.stderr)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
-    else:
-        print(summary_table(report), file=sys.stderr)
-        print(f"results: {Path(plan.run_dir) / 'results.json'}", file=sys.stderr)
     return report.outcome.exit_code

@@ -74,7 +74,7 @@ def test_main_job_passes_parity_and_gsm8k_agreement(
     results = run_scenario(scenario, tmp_path / "run", tiny_model_root)
     stderr = results.pop("_stderr")
     checks = {c["name"]: c for c in results["checks"]}
-    assert results["outcome"] == "pass", (
+    assert results["outcome"] == "passed", (
         json.dumps(results["checks"], indent=1) + stderr[-3000:]
     )
     assert results["exit_code"] == 0

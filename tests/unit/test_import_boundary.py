@@ -30,6 +30,10 @@ PURE_MODULES = [
     "afd_plugin.connectors.cpu.schema",
     "afd_plugin.connectors.gpu.schema",
     "afd_plugin.connectors.npu.schema",
+    "afd_plugin.runtime.step_payload",
+    "afd_plugin.runtime.ffn_schedule",
+    "afd_plugin.runtime.ffn_graphs",
+    "afd_plugin.runtime.ffn_daemon",
 ]
 HARNESS_MODULES = [
     "afd_e2e",

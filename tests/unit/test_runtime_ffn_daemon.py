@@ -1,24 +1,36 @@
-"""The FFN daemon against a fake connector: branch selection, state update
-before any compute (AFD-I10), the control-plane branch (AFD-I2), how it ends.
+"""The FFN daemon against a fake connector: branch selection (profile /
+warm-up / capture / replay / eager), state update before any compute or
+capture (AFD-I10), one payload per stage with DBO, replay only of captured
+graphs, the control-plane branch (AFD-I2), evidence, how the loop ends.
 
-Torch-free: the daemon is platform-neutral and imports no tensor library.
+Torch-free: the daemon and the graph cache are platform-neutral.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
 import pytest
 
 from afd_plugin.config import AFDConfig
-from afd_plugin.connectors.base import AFDConnector, AFDControlPlane, AFDPeerError
+from afd_plugin.connectors.base import (
+    AFDConnector,
+    AFDControlPlane,
+    AFDPeerError,
+    ExchangeSpec,
+    LayerExchange,
+)
+from afd_plugin.evidence import parse_line
 from afd_plugin.runtime.ffn_daemon import FFNBranch, FFNDaemon, select_branch
+from afd_plugin.runtime.ffn_graphs import FFNGraphCache
+from afd_plugin.runtime.step_payload import stage_payloads
 from afd_plugin.wire import AFDControlPayload, AFDWireError
 
 
-def payload(**flags: bool) -> AFDControlPayload:
-    return AFDControlPayload(stage_key=0, token_counts=(3,), max_count=3, **flags)
+def payload(stage: int = 0, **flags: bool) -> AFDControlPayload:
+    return AFDControlPayload(stage_key=stage, token_counts=(3,), max_count=3, **flags)
 
 
 @pytest.mark.parametrize(
@@ -28,8 +40,8 @@ def payload(**flags: bool) -> AFDControlPayload:
         ({"is_warmup": True}, FFNBranch.WARMUP),
         ({"is_profile": True}, FFNBranch.PROFILE),
         ({"is_profile": True, "is_graph": True}, FFNBranch.PROFILE),
-        ({"is_graph": True}, FFNBranch.GRAPH),
-        ({"is_graph": True, "is_warmup": True}, FFNBranch.GRAPH),
+        ({"is_graph": True}, FFNBranch.REPLAY),
+        ({"is_graph": True, "is_warmup": True}, FFNBranch.CAPTURE),
     ],
 )
 def test_select_branch(flags: dict[str, bool], branch: FFNBranch) -> None:
@@ -37,8 +49,9 @@ def test_select_branch(flags: dict[str, bool], branch: FFNBranch) -> None:
 
 
 def test_graph_step_on_an_eager_only_backend_is_a_protocol_error() -> None:
-    with pytest.raises(AFDWireError, match="runs eager only"):
-        select_branch(payload(is_graph=True), graph_supported=False)
+    for flags in ({"is_graph": True}, {"is_graph": True, "is_warmup": True}):
+        with pytest.raises(AFDWireError, match="runs eager only"):
+            select_branch(payload(**flags), graph_supported=False)
     assert select_branch(payload(is_profile=True, is_graph=True), False) is (
         FFNBranch.PROFILE
     )
@@ -55,25 +68,28 @@ class FakeControlPlane(AFDControlPlane):
         step = self.steps.pop(0)
         if isinstance(step, BaseException):
             raise step
-        self.events.append("recv")
+        self.events.append(f"recv:{step.stage_key}")
         return step
 
 
 class FakeConnector(AFDConnector):
-    def __init__(self, steps: list[Any], control_plane: bool = True) -> None:
+    def __init__(
+        self, steps: list[Any], control_plane: bool = True, stages: int = 1
+    ) -> None:
         config = AFDConfig(role="ffn", connector="P2pGlooAFDConnector")
         super().__init__(config, 0, None)
         self.events: list[str] = []
         self.left = False
-        self.state: AFDControlPayload | None = None
+        self.state: dict[int, AFDControlPayload] = {}
+        self.spec = ExchangeSpec(8, "bfloat16", "float32", (LayerExchange(0),), stages)
         if control_plane:
             self.control_plane = FakeControlPlane(self.events, steps)
 
     def init_afd_connector(self) -> None: ...
 
     def update_state_from_dp_metadata(self, payload: AFDControlPayload) -> None:
-        self.events.append("update")
-        self.state = payload
+        self.events.append(f"update:{payload.stage_key}")
+        self.state[payload.stage_key] = payload
 
     def send_attn_output(self, *a: Any, **k: Any) -> None: ...
 
@@ -89,14 +105,39 @@ class FakeConnector(AFDConnector):
         return self.left
 
 
-def make_daemon(
-    connector: FakeConnector, exits: list[BaseException | None]
-) -> FFNDaemon:
-    def serve(p: AFDControlPayload, branch: FFNBranch) -> None:
-        assert connector.state is p, "served before the connector state update"
-        connector.events.append(f"serve:{branch.value}")
+class RecordingBackend:
+    """A graph backend that records when capture and replay happen."""
 
-    return FFNDaemon(connector, serve, exits.append)
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+
+    def capture(self, fn: Any) -> tuple[Any, Any]:
+        self.events.append("capture-begin")
+        out = fn()
+        self.events.append("capture-end")
+        return "graph", out
+
+    def replay(self, graph: Any) -> None:
+        self.events.append(f"replay:{graph}")
+
+
+def make_daemon(
+    connector: FakeConnector,
+    exits: list[BaseException | None],
+    graphs: FFNGraphCache | None = None,
+) -> FFNDaemon:
+    def serve(payloads: tuple[AFDControlPayload, ...], branch: FFNBranch) -> None:
+        for p in payloads:
+            assert connector.state[p.stage_key] is p, "served before the update"
+        connector.events.append(f"serve:{branch.value}")
+        if branch is FFNBranch.CAPTURE:
+            assert graphs is not None
+            graphs.capture((0, 1, 3), 0, {}, lambda _: connector.events.append("run"))
+        if branch is FFNBranch.REPLAY:
+            assert graphs is not None
+            graphs.replay((0, 1, 3), 0, lambda _: connector.events.append("fill"))
+
+    return FFNDaemon(connector, serve, exits.append, graphs=graphs)
 
 
 def test_run_once_updates_state_before_serving() -> None:
@@ -109,14 +150,14 @@ def test_run_once_updates_state_before_serving() -> None:
         FFNBranch.EAGER,
     ]
     assert connector.events == [
-        "recv",
-        "update",
+        "recv:0",
+        "update:0",
         "serve:profile",
-        "recv",
-        "update",
+        "recv:0",
+        "update:0",
         "serve:warmup",
-        "recv",
-        "update",
+        "recv:0",
+        "update:0",
         "serve:eager",
     ]
     assert daemon.branches == {
@@ -124,6 +165,75 @@ def test_run_once_updates_state_before_serving() -> None:
         FFNBranch.WARMUP: 1,
         FFNBranch.EAGER: 1,
     }
+
+
+def test_capture_happens_after_the_control_plane_and_outside_it() -> None:
+    capture = payload(is_graph=True, is_warmup=True)
+    replay = payload(is_graph=True)
+    connector = FakeConnector([capture, replay])
+    graphs = FFNGraphCache(RecordingBackend(connector.events))
+    daemon = make_daemon(connector, [], graphs)
+    assert daemon.run_once() is FFNBranch.CAPTURE
+    assert daemon.run_once() is FFNBranch.REPLAY
+    events = connector.events
+    begin, end = events.index("capture-begin"), events.index("capture-end")
+    # recv and state update come first; nothing of the control plane is
+    # inside the captured region.
+    assert events[:begin] == ["recv:0", "update:0", "serve:capture"]
+    assert events[begin + 1 : end] == ["run"]
+    # The replay fills the static inputs, then replays the captured graph.
+    assert events[end + 1 :] == [
+        "recv:0",
+        "update:0",
+        "serve:replay",
+        "fill",
+        "replay:graph",
+    ]
+
+
+def test_replay_of_a_size_never_captured_names_the_key() -> None:
+    connector = FakeConnector([payload(is_graph=True)])
+    graphs = FFNGraphCache(RecordingBackend(connector.events))
+    with pytest.raises(AFDWireError, match=r"key \(stage=0, ranks=1, max_count=3\)"):
+        make_daemon(connector, [], graphs).run_once()
+    assert "serve:replay" not in connector.events
+
+
+def test_two_stages_are_received_and_applied_before_serving() -> None:
+    split = stage_payloads([(4,), (3,)], "eager", stages=2)
+    connector = FakeConnector(list(split), stages=2)
+    daemon = make_daemon(connector, [])
+    assert daemon.run_once() is FFNBranch.EAGER
+    assert connector.events == [
+        "recv:0",
+        "update:0",
+        "recv:1",
+        "update:1",
+        "serve:eager",
+    ]
+
+
+def test_dual_micro_batch_steps_leave_evidence(caplog: Any) -> None:
+    split = stage_payloads([(4,), (3,)], "eager", stages=2)
+    single = stage_payloads([(4,)], "eager", stages=2)
+    connector = FakeConnector([*split, *single], stages=2)
+    daemon = make_daemon(connector, [])
+    with caplog.at_level(logging.INFO, logger="afd_plugin"):
+        daemon.run_once()
+        daemon.run_once()
+    records = [r for r in map(parse_line, caplog.messages) if r is not None]
+    assert [(r.role, r.rank, r.step, r.tokens) for r in records] == [
+        ("ffn", 0, 1, (4, 3))
+    ]
+
+
+def test_stage_out_of_order_or_disagreeing_kind_is_refused() -> None:
+    connector = FakeConnector([payload(stage=1), payload()], stages=2)
+    with pytest.raises(AFDWireError, match="expected the control payload of stage 0"):
+        make_daemon(connector, []).run_once()
+    mixed = [payload(), payload(stage=1, is_warmup=True)]
+    with pytest.raises(AFDWireError, match="disagree on the step kind"):
+        make_daemon(FakeConnector(mixed, stages=2), []).run_once()
 
 
 def test_connector_without_control_plane_is_not_served_by_this_loop() -> None:

@@ -43,6 +43,9 @@ class ExchangeSpec:
     """Activation dtype name (``torch.<name>``), e.g. ``bfloat16``."""
     router_dtype: str
     layers: tuple[LayerExchange, ...]
+    stages: int = 1
+    """Micro-batch stages per step: 2 with DBO (``--enable-dbo``), else 1.
+    Every step sends this many control payloads, so both roles must agree."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -57,7 +60,7 @@ class ExchangeSpec:
         """Human-readable differences, empty when both sides agree."""
         out = [
             f"{name}: {getattr(self, name)!r} != {getattr(other, name)!r}"
-            for name in ("hidden_size", "dtype", "router_dtype")
+            for name in ("hidden_size", "dtype", "router_dtype", "stages")
             if getattr(self, name) != getattr(other, name)
         ]
         mine = {x.layer: x for x in self.layers}
@@ -76,6 +79,7 @@ class ExchangeSpec:
             dtype=raw["dtype"],
             router_dtype=raw["router_dtype"],
             layers=tuple(LayerExchange(**x) for x in raw["layers"]),
+            stages=raw.get("stages", 1),
         )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from vllm.v1.worker.ubatching import dbo_enabled, dbo_yield
 
 from afd_plugin.runtime.metadata import current_metadata
 
@@ -37,6 +38,10 @@ class RemoteFFN(nn.Module):
         connector.send_attn_output(
             hidden_states, self.layer_index, metadata.stage, **extras
         )
+        if dbo_enabled():
+            # Two micro-batches: let the other one send this layer before this
+            # one waits (the order the FFN side serves, runtime/ffn_schedule.py).
+            dbo_yield()
         return connector.recv_ffn_output(self.layer_index, metadata.stage)
 
 

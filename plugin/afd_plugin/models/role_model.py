@@ -32,11 +32,14 @@ def exchange_spec(
     layers: Iterable[LayerExchange],
 ) -> ExchangeSpec:
     dtype = vllm_config.model_config.dtype
+    parallel = vllm_config.parallel_config
     return ExchangeSpec(
         hidden_size=hidden_size,
         dtype=str(dtype).removeprefix("torch."),
         router_dtype=str(router_dtype or dtype).removeprefix("torch."),
         layers=tuple(layers),
+        # Micro-batch stages per step; both roles must run --enable-dbo alike.
+        stages=parallel.num_ubatches if parallel.use_ubatching else 1,
     )
 
 

@@ -1,23 +1,36 @@
 """Platform-neutral half of the attention role's model runner: after loading,
-the rendezvous; before every forward, the step's control payload and metadata.
+the rendezvous; at the start of every step, the control payloads (one per
+micro-batch stage) and the metadata.
 
-Mixed into each platform's runner (``runtime/cpu/model_runners.py`` on CPU).
+Mixed into each platform's runner (``runtime/cpu/model_runners.py`` on CPU,
+``runtime/gpu/`` on CUDA). A step begins at the first of: the runner-level
+entry (``AFDStepEntry``, around vLLM's model call, outside any graph) or the
+model's forward pre-hook (CPU; dummy runs; micro-batch threads).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from vllm.forward_context import get_forward_context
+from vllm.forward_context import get_forward_context, is_forward_context_available
 
+from afd_plugin.evidence import format_dual_ubatch
 from afd_plugin.runtime.metadata import (
     AFDForwardMetadata,
     has_metadata,
     install_metadata,
 )
-from afd_plugin.runtime.step_payload import STEP_KINDS, block_token_counts, step_payload
+from afd_plugin.runtime.step_payload import (
+    GRAPH_KINDS,
+    MARKED_KINDS,
+    block_token_counts,
+    dual_ubatch_tokens,
+    resolve_step_kind,
+    stage_payloads,
+)
 from afd_plugin.topology import attention_block, ffn_rank_for_attention
 
 if TYPE_CHECKING:
@@ -25,6 +38,40 @@ if TYPE_CHECKING:
     from vllm.config import VllmConfig
 
     from afd_plugin.connectors.base import AFDConnector
+    from afd_plugin.wire import AFDControlPayload
+
+logger = logging.getLogger("afd_plugin")
+
+
+def current_ubatch() -> int | None:
+    """The micro-batch this thread runs inside vLLM's DBO, or None."""
+    from vllm.v1.worker.ubatching import dbo_current_ubatch_id, dbo_enabled
+
+    return dbo_current_ubatch_id() if dbo_enabled() else None
+
+
+class AFDStepEntry:
+    """Wraps the runner's model callable (vLLM's graph or micro-batch wrapper
+    included): every call first begins the AFD step, outside any graph, so a
+    replayed graph, whose Python never runs, still gets its control payload.
+    Attribute access falls through to the wrapped callable."""
+
+    def __init__(self, runnable: Any, begin: Callable[[int], None]) -> None:
+        self.runnable = runnable
+        self._begin = begin
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        positions = kwargs["positions"] if "positions" in kwargs else args[1]
+        self._begin(int(positions.shape[-1]))
+        return self.runnable(*args, **kwargs)
+
+    def __getattr__(self, key: str) -> Any:
+        return getattr(self.__dict__["runnable"], key)
+
+    def unwrap(self) -> Any:
+        """The model vLLM wrapped (as vLLM's own wrappers answer)."""
+        inner = self.runnable
+        return inner.unwrap() if hasattr(inner, "unwrap") else inner
 
 
 class AFDAttentionRunnerMixin:
@@ -33,12 +80,16 @@ class AFDAttentionRunnerMixin:
     vllm_config: VllmConfig
     afd_connector: AFDConnector
     _afd_step_kind: str = "eager"
+    _afd_capturing: bool = False
+    _afd_payloads: tuple[AFDControlPayload, ...] = ()
+    _afd_steps: int = 0
 
     def afd_finish_load(self, model: nn.Module) -> None:
-        """Call at the very end of ``load_model`` (AFD-I3): every forward of
-        ``model`` (real steps and dummy runs alike) first sends the control
-        payload and installs the metadata; then the rendezvous."""
-        model.register_forward_pre_hook(self._afd_begin_step, with_kwargs=True)
+        """Call at the very end of ``load_model`` (AFD-I3), after any graph or
+        micro-batch wrapper: every forward of ``model`` begins the step if the
+        runner did not (and installs its stage's metadata in a micro-batch
+        thread); then the rendezvous."""
+        model.register_forward_pre_hook(self._afd_pre_forward, with_kwargs=True)
         self.afd_connector.bind(model.afd_spec)
         self.afd_connector.init_afd_connector()
 
@@ -46,8 +97,8 @@ class AFDAttentionRunnerMixin:
     def afd_step_kind(self, kind: str) -> Iterator[None]:
         """Mark the forwards inside as profile or warm-up steps; an enclosing
         profile or warm-up keeps its kind."""
-        if kind not in STEP_KINDS:
-            raise ValueError(f"step kind must be one of {STEP_KINDS}, got {kind!r}")
+        if kind not in MARKED_KINDS:
+            raise ValueError(f"step kind must be one of {MARKED_KINDS}, got {kind!r}")
         saved = self._afd_step_kind
         if saved == "eager":
             self._afd_step_kind = kind
@@ -56,33 +107,107 @@ class AFDAttentionRunnerMixin:
         finally:
             self._afd_step_kind = saved
 
-    def _afd_counts(self, num_tokens: int) -> tuple[int, ...]:
+    @contextmanager
+    def afd_capturing(self) -> Iterator[None]:
+        """vLLM captures graphs inside: graph steps are captures, not replays."""
+        saved, self._afd_capturing = self._afd_capturing, True
+        try:
+            yield
+        finally:
+            self._afd_capturing = saved
+
+    # -- platform hooks -------------------------------------------------------
+
+    def _afd_runs_graph(self) -> bool:
+        """Whether vLLM runs the current step as a full graph (capture or
+        replay). CPU: never."""
+        return False
+
+    def _afd_ubatch_sizes(self) -> list[int] | None:
+        """Token count of each micro-batch of the current step, or None when
+        vLLM did not split it. Read from the forward context."""
+        slices = getattr(get_forward_context(), "ubatch_slices", None)
+        if not slices:
+            return None
+        return [s.num_tokens for s in slices]
+
+    # -- the step -------------------------------------------------------------
+
+    def _afd_block(self) -> range:
         afd = self.afd_connector.config
         rank = self.afd_connector.rank
         ffn = ffn_rank_for_attention(rank, afd.num_attention_ranks, afd.num_ffn_ranks)
-        block = attention_block(ffn, afd.num_attention_ranks, afd.num_ffn_ranks)
-        dp_metadata = get_forward_context().dp_metadata
-        dp_counts = (
-            dp_metadata.num_tokens_across_dp_cpu.tolist()
-            if dp_metadata is not None
-            else None
-        )
-        tp_size = self.vllm_config.parallel_config.tensor_parallel_size
-        return block_token_counts(num_tokens, dp_counts, tp_size, block)
+        return attention_block(ffn, afd.num_attention_ranks, afd.num_ffn_ranks)
 
-    def _afd_begin_step(
-        self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> None:
+    def _afd_counts(self, num_tokens: int) -> tuple[int, ...]:
+        dp_counts = None
+        if is_forward_context_available():
+            dp_metadata = get_forward_context().dp_metadata
+            if dp_metadata is not None:
+                dp_counts = dp_metadata.num_tokens_across_dp_cpu.tolist()
+        tp_size = self.vllm_config.parallel_config.tensor_parallel_size
+        return block_token_counts(num_tokens, dp_counts, tp_size, self._afd_block())
+
+    def afd_plan_step(
+        self, num_tokens: int, ubatch_sizes: list[int] | None, runs_graph: bool
+    ) -> tuple[AFDControlPayload, ...]:
+        """The payloads of one step, one per stage agreed at rendezvous.
+        Micro-batches have the same size on every DP rank (vLLM pads them
+        alike), so each stage announces that size for the whole block."""
+        spec = self.afd_connector.spec
+        stages = spec.stages if spec is not None else 1
+        if ubatch_sizes:
+            width = len(self._afd_block())
+            stage_counts = [(n,) * width for n in ubatch_sizes]
+        else:
+            stage_counts = [self._afd_counts(num_tokens)]
+        kind = resolve_step_kind(self._afd_step_kind, runs_graph, self._afd_capturing)
+        sizes = [max(c) for c in stage_counts] if kind in GRAPH_KINDS else None
+        return stage_payloads(stage_counts, kind, stages, sizes)
+
+    def afd_begin_step(self, num_tokens: int) -> None:
+        """Announce the step and install its metadata, once per step; called
+        outside any graph (a capture records none of it)."""
         if has_metadata():
-            return None
-        positions = kwargs["positions"] if "positions" in kwargs else args[1]
-        payload = step_payload(
-            self._afd_counts(int(positions.shape[-1])), self._afd_step_kind
-        )
+            return
+        ubatches = self._afd_ubatch_sizes() if is_forward_context_available() else None
+        payloads = self.afd_plan_step(num_tokens, ubatches, self._afd_runs_graph())
+        self.afd_announce(payloads)
+
+    def afd_announce(self, payloads: tuple[AFDControlPayload, ...]) -> None:
         connector = self.afd_connector
         # AFD-I2: the only branch between the two drivers. Without a control
         # plane the connector carries the token metadata with the data.
         if connector.control_plane is not None:
-            connector.control_plane.send_dp_metadata_list(payload)
-        install_metadata(AFDForwardMetadata(connector, payload.stage_key, payload))
+            for payload in payloads:
+                connector.control_plane.send_dp_metadata_list(payload)
+        self._afd_payloads = payloads
+        self._afd_steps += 1
+        if is_forward_context_available():
+            install_metadata(AFDForwardMetadata(connector, 0, payloads[0]))
+        tokens = dual_ubatch_tokens(payloads)
+        if tokens is not None:
+            logger.info(
+                "%s",
+                format_dual_ubatch(
+                    "attention", connector.rank, self._afd_steps, tokens
+                ),
+            )
+
+    def _afd_pre_forward(
+        self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        if has_metadata():
+            return None
+        ubatch = current_ubatch()
+        if ubatch is not None:
+            # A micro-batch thread: its own forward context; the step began
+            # at the runner level with one payload per stage.
+            payload = self._afd_payloads[ubatch]
+            install_metadata(AFDForwardMetadata(self.afd_connector, ubatch, payload))
+            return None
+        # A forward the runner did not enter (CPU; vLLM calling the model
+        # directly): the step begins here, lazily.
+        positions = kwargs["positions"] if "positions" in kwargs else args[1]
+        self.afd_begin_step(int(positions.shape[-1]))
         return None

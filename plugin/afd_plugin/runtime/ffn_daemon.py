@@ -1,7 +1,9 @@
-"""The FFN role's daemon: receive each step's control payload, update the
-connector, pick the branch (profile / warm-up / eager / graph), serve the step.
+"""The FFN role's daemon: receive each step's control payloads (one per
+micro-batch stage), update the connector, pick the branch (profile / warm-up /
+capture / replay / eager), serve the step.
 
-Platform-neutral; the step itself is a callable the role runner provides.
+Platform-neutral and pure; the step itself is a callable the role runner
+provides, the graphs live in an ``FFNGraphCache``.
 """
 
 from __future__ import annotations
@@ -13,18 +15,30 @@ from collections import Counter
 from collections.abc import Callable
 
 from afd_plugin.connectors.base import AFDConnector, AFDPeerError
+from afd_plugin.evidence import format_dual_ubatch
+from afd_plugin.graph_policy import make_ffn_graph_key
+from afd_plugin.runtime.ffn_graphs import FFNGraphCache
+from afd_plugin.runtime.step_payload import dual_ubatch_tokens, live_stages
 from afd_plugin.wire import AFDControlPayload, AFDWireError
 
 logger = logging.getLogger("afd_plugin")
+
+_FLAGS = ("is_graph", "is_warmup", "is_profile")
 
 
 class FFNBranch(str, enum.Enum):
     """How the FFN side runs one step."""
 
     PROFILE = "profile"
+    """Memory profiling: eager, never a graph."""
     WARMUP = "warmup"
+    """Eager; nothing kept."""
+    CAPTURE = "capture"
+    """The attention side records a graph: capture the FFN graphs of the
+    step's keys; no data moves."""
+    REPLAY = "replay"
+    """The attention side replays: move data, replay the captured graphs."""
     EAGER = "eager"
-    GRAPH = "graph"
 
 
 def select_branch(payload: AFDControlPayload, graph_supported: bool) -> FFNBranch:
@@ -38,13 +52,19 @@ def select_branch(payload: AFDControlPayload, graph_supported: bool) -> FFNBranc
                 "the attention side announced a graph step but this FFN backend "
                 "runs eager only (graph_policy allows only 'eager' here)"
             )
-        return FFNBranch.GRAPH
+        return FFNBranch.CAPTURE if payload.is_warmup else FFNBranch.REPLAY
     if payload.is_warmup:
         return FFNBranch.WARMUP
     return FFNBranch.EAGER
 
 
-ServeStep = Callable[[AFDControlPayload, FFNBranch], None]
+def step_graph_keys(payloads: tuple[AFDControlPayload, ...]) -> tuple:
+    """Graph keys of the stages of a graph step that move data."""
+    live = set(live_stages(payloads))
+    return tuple(make_ffn_graph_key(p) for p in payloads if p.stage_key in live)
+
+
+ServeStep = Callable[[tuple[AFDControlPayload, ...], FFNBranch], None]
 OnExit = Callable[[BaseException | None], None]
 
 
@@ -56,20 +76,26 @@ class FFNDaemon:
         connector: AFDConnector,
         serve_step: ServeStep,
         on_exit: OnExit,
-        graph_supported: bool = False,
+        graphs: FFNGraphCache | None = None,
         name: str = "afd-ffn-daemon",
     ) -> None:
         self.connector = connector
         self.serve_step = serve_step
         self.on_exit = on_exit
-        self.graph_supported = graph_supported
+        self.graphs = graphs
         self.branches: Counter[FFNBranch] = Counter()
+        self.steps = 0
         self.error: BaseException | None = None
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
 
-    def run_once(self) -> FFNBranch:
-        """Serve exactly one step (the loop body; callable from tests)."""
+    @property
+    def graph_supported(self) -> bool:
+        return self.graphs is not None
+
+    def receive_step(self) -> tuple[AFDControlPayload, ...]:
+        """The payloads of the next step, one per stage, each applied to the
+        connector state as it arrives (before any compute or capture)."""
         control_plane = self.connector.control_plane
         if control_plane is None:
             # AFD-I2: without a control plane the connector drives; no such
@@ -78,12 +104,44 @@ class FFNDaemon:
                 f"{type(self.connector).__name__} has no control plane; the "
                 "connector-driven FFN loop is not implemented for this backend"
             )
-        payload = control_plane.recv_dp_metadata_list()
-        # AFD-I10: state first, before any compute or graph capture.
-        self.connector.update_state_from_dp_metadata(payload)
-        branch = select_branch(payload, self.graph_supported)
-        self.serve_step(payload, branch)
+        spec = self.connector.spec
+        stages = spec.stages if spec is not None else 1
+        payloads: list[AFDControlPayload] = []
+        for stage in range(stages):
+            payload = control_plane.recv_dp_metadata_list()
+            if payload.stage_key != stage:
+                raise AFDWireError(
+                    f"expected the control payload of stage {stage} (of {stages} "
+                    f"per step), got stage {payload.stage_key}: {payload}"
+                )
+            if payloads and any(
+                getattr(payload, f) != getattr(payloads[0], f) for f in _FLAGS
+            ):
+                raise AFDWireError(
+                    f"the stages of one step disagree on the step kind: "
+                    f"{payloads[0]} then {payload}"
+                )
+            # AFD-I10: state first, before any compute or graph capture.
+            self.connector.update_state_from_dp_metadata(payload)
+            payloads.append(payload)
+        return tuple(payloads)
+
+    def run_once(self) -> FFNBranch:
+        """Serve exactly one step (the loop body; callable from tests)."""
+        payloads = self.receive_step()
+        branch = select_branch(payloads[0], self.graph_supported)
+        if branch is FFNBranch.REPLAY:
+            assert self.graphs is not None
+            # Replay only what was captured; name the key otherwise.
+            self.graphs.require(step_graph_keys(payloads))
+        self.serve_step(payloads, branch)
         self.branches[branch] += 1
+        self.steps += 1
+        tokens = dual_ubatch_tokens(payloads)
+        if tokens is not None:
+            logger.info(
+                "%s", format_dual_ubatch("ffn", self.connector.rank, self.steps, tokens)
+            )
         return branch
 
     def start(self) -> None:

@@ -1,7 +1,8 @@
 """Platform-neutral half of the FFN role's model runner: serve one step of
 the daemon; refuse scheduler work; skip profile and warm-up forwards.
 
-Mixed into each platform's runner (``runtime/cpu/model_runners.py`` on CPU).
+Mixed into each platform's runner (``runtime/cpu/model_runners.py`` on CPU,
+``runtime/gpu/model_runners.py`` on CUDA).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from vllm.forward_context import set_forward_context
 
 from afd_plugin.models.role_model import FFN_REFUSAL
 from afd_plugin.runtime.ffn_daemon import FFNBranch
+from afd_plugin.runtime.ffn_serve import serve_ffn_step
 from afd_plugin.runtime.metadata import AFDForwardMetadata, install_metadata
 
 if TYPE_CHECKING:
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
 
     from afd_plugin.connectors.base import AFDConnector
     from afd_plugin.models.role_model import FFNRoleModel
+    from afd_plugin.runtime.ffn_graphs import FFNGraphCache
     from afd_plugin.wire import AFDControlPayload
 
 logger = logging.getLogger("afd_plugin")
@@ -32,25 +35,33 @@ class AFDFFNRunnerMixin:
     vllm_config: VllmConfig
     afd_connector: AFDConnector
     model: FFNRoleModel
+    afd_graphs: FFNGraphCache | None = None
+    """Set by runners whose platform captures FFN graphs (CUDA)."""
 
-    def afd_serve_step(self, payload: AFDControlPayload, branch: FFNBranch) -> None:
-        """Run every layer's block for the tokens ``payload`` announced, in
-        layer order, exchanging with the attention ranks of this block."""
-        if branch is FFNBranch.GRAPH:
-            raise NotImplementedError("FFN graph steps need a graph backend")
+    def afd_device(self) -> torch.device:
+        return torch.device("cpu")
+
+    def afd_serve_step(
+        self, payloads: tuple[AFDControlPayload, ...], branch: FFNBranch
+    ) -> None:
+        """Run every layer's block for the tokens ``payloads`` announced, in
+        the order the attention ranks of this block exchange them."""
         connector, model = self.afd_connector, self.model
-        stage = payload.stage_key
+        total = sum(p.total_tokens for p in payloads)
         with (
             torch.inference_mode(),
-            set_forward_context(
-                None, self.vllm_config, num_tokens=payload.total_tokens
-            ),
+            set_forward_context(None, self.vllm_config, num_tokens=total),
         ):
-            install_metadata(AFDForwardMetadata(connector, stage, payload))
-            for layer in model.afd_layers:
-                hidden, extras = connector.recv_attn_output(layer, stage)
-                out = model.run_ffn_layer(layer, hidden, extras.get("router_logits"))
-                connector.send_ffn_output(out, layer, stage)
+            install_metadata(AFDForwardMetadata(connector, 0, payloads[0]))
+            serve_ffn_step(
+                connector,
+                model.run_ffn_layer,
+                model.afd_layers,
+                payloads,
+                branch,
+                self.afd_graphs,
+                self.afd_device(),
+            )
 
     def afd_refuse_requests(self, scheduled_tokens: int) -> None:
         if scheduled_tokens:

@@ -1,274 +1,47 @@
 """``P2pGlooAFDConnector``: hidden states over gloo point-to-point, with the
 gloo control plane it owns. Runs on any CPU; the CI backend of AFD.
+
+The design is the shared one of ``connectors/p2p_base.py``; only the data
+transport (gloo on CPU tensors) is chosen here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import torch
-
 from afd_plugin.config import AFDConfig
-from afd_plugin.connectors.base import AFDConnector, AFDControlPlane
-from afd_plugin.connectors.cpu.gloo_world import IDLE_TIMEOUT, GlooWorld
 from afd_plugin.connectors.cpu.schema import P2pGlooExtraConfig
-from afd_plugin.topology import WorldLayout, attention_block, ffn_rank_for_attention
-from afd_plugin.wire import (
-    AFDControlPayload,
-    AFDWireError,
-    check_length,
-    decode_payload,
-    encode_payload,
+from afd_plugin.connectors.gloo_world import GlooWorld
+from afd_plugin.connectors.p2p_base import (
+    TAG_CONTROL_BYTES,
+    TAG_CONTROL_LENGTH,
+    TAG_FFN_OUTPUT,
+    TAG_HIDDEN,
+    TAG_ROUTER_LOGITS,
+    DataTransport,
+    GlooTransport,
+    P2pAFDConnectorBase,
+    P2pControlPlane,
+    StepState,
 )
 
-# gloo matches messages by (peer, tag); one tag per kind keeps kinds apart.
-TAG_CONTROL_LENGTH = 1
-TAG_CONTROL_BYTES = 2
-TAG_HIDDEN = 3
-TAG_ROUTER_LOGITS = 4
-TAG_FFN_OUTPUT = 5
+__all__ = [
+    "TAG_CONTROL_BYTES",
+    "TAG_CONTROL_LENGTH",
+    "TAG_FFN_OUTPUT",
+    "TAG_HIDDEN",
+    "TAG_ROUTER_LOGITS",
+    "GlooControlPlane",
+    "P2pGlooAFDConnector",
+    "StepState",
+]
+
+GlooControlPlane = P2pControlPlane
 
 
-@dataclass(frozen=True)
-class StepState:
-    """What the current step moves: tokens per served attention rank."""
-
-    step: int
-    payload: AFDControlPayload
-    peers: tuple[int, ...]
-    """Global ranks this rank exchanges with, in block order."""
-    counts: tuple[int, ...]
-    """Tokens each of ``peers`` sends (FFN) or this rank sends (attention)."""
-
-
-class GlooControlPlane(AFDControlPlane):
-    """Length-then-bytes JSON payloads over the connector's gloo world."""
-
-    def __init__(self, connector: P2pGlooAFDConnector) -> None:
-        self._connector = connector
-
-    def send_dp_metadata_list(self, payload: AFDControlPayload) -> None:
-        c = self._connector
-        # AFD-I10: local state first, so what is sent is what this rank runs.
-        c.update_state_from_dp_metadata(payload)
-        data = encode_payload(payload)
-        world, peer = c.world_or_raise(), c.ffn_peer
-        what = f"the control payload of step {c.step}"
-        length = torch.tensor([len(data)], dtype=torch.int64)
-        world.send(length, peer, TAG_CONTROL_LENGTH, what)
-        body = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        world.send(body, peer, TAG_CONTROL_BYTES, what)
-
-    def recv_dp_metadata_list(self) -> AFDControlPayload:
-        c = self._connector
-        world = c.world_or_raise()
-        payloads: list[tuple[int, AFDControlPayload]] = []
-        for peer in c.attention_peers:
-            what = f"the control payload of step {c.step + 1}"
-            length = torch.empty(1, dtype=torch.int64)
-            world.recv(length, peer, TAG_CONTROL_LENGTH, what, timeout=IDLE_TIMEOUT)
-            body = torch.empty(check_length(int(length.item())), dtype=torch.uint8)
-            world.recv(body, peer, TAG_CONTROL_BYTES, what)
-            payloads.append((peer, decode_payload(body.numpy().tobytes())))
-        first_peer, first = payloads[0]
-        for peer, other in payloads[1:]:
-            if other != first:
-                raise AFDWireError(
-                    f"{world.me()}: attention ranks of one block disagree on step "
-                    f"{c.step + 1}: {world.describe(first_peer)} sent {first}, "
-                    f"{world.describe(peer)} sent {other}"
-                )
-        return first
-
-
-class P2pGlooAFDConnector(AFDConnector):
-    """One attention rank <-> its FFN rank; an FFN rank serves a block."""
+class P2pGlooAFDConnector(P2pAFDConnectorBase):
+    """One attention rank <-> its FFN rank over gloo; an FFN rank serves a block."""
 
     def __init__(self, config: AFDConfig, rank: int, extra: P2pGlooExtraConfig):
         super().__init__(config, rank, extra)
-        self.layout = WorldLayout(config.num_attention_ranks, config.num_ffn_ranks)
-        self.layout.global_rank(config.role, rank)  # range check, nothing else
-        self.world: GlooWorld | None = None
-        self.state: StepState | None = None
-        self.step = 0
-        self._sent: dict[tuple[int, int], torch.Size] = {}
-        self.control_plane = GlooControlPlane(self)
 
-    # -- topology -----------------------------------------------------------
-
-    @property
-    def is_attention(self) -> bool:
-        return self.config.is_attention
-
-    @property
-    def ffn_peer(self) -> int:
-        """Global rank of this attention rank's FFN rank."""
-        return self.layout.peer_of("attention", self.rank)
-
-    @property
-    def block(self) -> range:
-        """Attention ranks of this rank's control-plane block."""
-        ffn = (
-            ffn_rank_for_attention(
-                self.rank, self.layout.num_attention, self.layout.num_ffn
-            )
-            if self.is_attention
-            else self.rank
-        )
-        return attention_block(ffn, self.layout.num_attention, self.layout.num_ffn)
-
-    @property
-    def attention_peers(self) -> tuple[int, ...]:
-        return tuple(self.layout.global_rank("attention", a) for a in self.block)
-
-    # -- lifecycle ----------------------------------------------------------
-
-    def init_afd_connector(self) -> None:
-        if self.world is not None:
-            if self.world.connected:
-                return
-            self.close()  # what a failed attempt left behind
-        if self.spec is None:
-            raise RuntimeError("P2pGlooAFDConnector.bind(spec) must come before init")
-        self.world = GlooWorld(
-            self.layout,
-            self.config.role,
-            self.rank,
-            self.config.host,
-            self.config.port,
-            self.extra.rendezvous_timeout_s,
-            self.extra.peer_timeout_s,
-        )
-        self.step = 0
-        self.state = None
-        self.world.join(self.spec)
-
-    def world_or_raise(self) -> GlooWorld:
-        if self.world is None or not self.world.connected:
-            raise RuntimeError(
-                f"AFD {self.config.role} rank {self.rank}: the connector is not "
-                "initialised (init_afd_connector() not called, or closed)"
-            )
-        return self.world
-
-    def close(self) -> None:
-        world, self.world = self.world, None
-        self.state = None
-        self._sent.clear()
-        if world is not None:
-            world.close()
-
-    # -- step state ---------------------------------------------------------
-
-    def update_state_from_dp_metadata(self, payload: AFDControlPayload) -> None:
-        block = self.block
-        if len(payload.token_counts) != len(block):
-            raise AFDWireError(
-                f"control payload lists {len(payload.token_counts)} token counts "
-                f"but this block has {len(block)} attention ranks ({list(block)})"
-            )
-        self.step += 1
-        if self.is_attention:
-            own = payload.token_counts[self.rank - block.start]
-            self.state = StepState(self.step, payload, (self.ffn_peer,), (own,))
-        else:
-            self.state = StepState(
-                self.step, payload, self.attention_peers, payload.token_counts
-            )
-
-    def _where(self, layer: int, stage: int) -> str:
-        return f"step {self.step}, layer {layer}, stage {stage}"
-
-    def _state_or_raise(self) -> StepState:
-        if self.state is None:
-            raise RuntimeError(
-                "no step state: update_state_from_dp_metadata() must run first"
-            )
-        return self.state
-
-    def _dtype(self, name: str) -> torch.dtype:
-        return getattr(torch, name)
-
-    # -- attention side -----------------------------------------------------
-
-    def send_attn_output(
-        self, hidden: torch.Tensor, layer: int, stage: int, **extras: torch.Tensor
-    ) -> None:
-        state, world = self._state_or_raise(), self.world_or_raise()
-        assert self.spec is not None
-        if hidden.shape[0] != state.counts[0]:
-            raise AFDWireError(
-                f"{world.me()}: layer {layer} sends {hidden.shape[0]} tokens but "
-                f"the control payload of step {state.step} announced {state.counts[0]}"
-            )
-        self._sent[(layer, stage)] = hidden.shape
-        if hidden.shape[0] == 0:
-            return
-        where = self._where(layer, stage)
-        world.send(hidden.contiguous(), self.ffn_peer, TAG_HIDDEN, f"hidden ({where})")
-        if self.spec.layer(layer).router_logits:
-            logits = extras.get("router_logits")
-            if logits is None:
-                raise AFDWireError(f"layer {layer} must send router logits")
-            world.send(
-                logits.contiguous(),
-                self.ffn_peer,
-                TAG_ROUTER_LOGITS,
-                f"router logits ({where})",
-            )
-
-    def recv_ffn_output(self, layer: int, stage: int) -> torch.Tensor:
-        world = self.world_or_raise()
-        assert self.spec is not None
-        shape = self._sent.pop((layer, stage))
-        out = torch.empty(shape, dtype=self._dtype(self.spec.dtype))
-        if shape[0]:
-            what = f"the FFN output ({self._where(layer, stage)})"
-            world.recv(out, self.ffn_peer, TAG_FFN_OUTPUT, what)
-        return out
-
-    # -- FFN side -----------------------------------------------------------
-
-    def recv_attn_output(
-        self, layer: int, stage: int
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        state, world = self._state_or_raise(), self.world_or_raise()
-        assert self.spec is not None
-        width = self.spec.layer(layer).router_logits
-        where = self._where(layer, stage)
-        hiddens, logits = [], []
-        for peer, count in zip(state.peers, state.counts, strict=True):
-            h = torch.empty(
-                count, self.spec.hidden_size, dtype=self._dtype(self.spec.dtype)
-            )
-            if count:
-                world.recv(h, peer, TAG_HIDDEN, f"hidden ({where})")
-            hiddens.append(h)
-            if width:
-                g = torch.empty(count, width, dtype=self._dtype(self.spec.router_dtype))
-                if count:
-                    world.recv(g, peer, TAG_ROUTER_LOGITS, f"router logits ({where})")
-                logits.append(g)
-        extras = {"router_logits": torch.cat(logits)} if width else {}
-        hidden = hiddens[0] if len(hiddens) == 1 else torch.cat(hiddens)
-        return hidden, extras
-
-    def send_ffn_output(self, hidden: torch.Tensor, layer: int, stage: int) -> None:
-        state, world = self._state_or_raise(), self.world_or_raise()
-        if hidden.shape[0] != sum(state.counts):
-            raise AFDWireError(
-                f"{world.me()}: layer {layer} output has {hidden.shape[0]} tokens, "
-                f"expected {sum(state.counts)}"
-            )
-        where = self._where(layer, stage)
-        parts = torch.split(hidden, list(state.counts))
-        for peer, part in zip(state.peers, parts, strict=True):
-            if part.shape[0]:
-                world.send(part.contiguous(), peer, TAG_FFN_OUTPUT, f"output ({where})")
-
-    def peers_left(self) -> bool:
-        """FFN side: whether every served attention rank closed in order."""
-        world = self.world
-        return world is not None and all(
-            world.peer_left(p) for p in self.attention_peers
-        )
+    def _open_transport(self, world: GlooWorld) -> DataTransport:
+        return GlooTransport(world)

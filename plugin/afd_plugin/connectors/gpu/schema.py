@@ -5,6 +5,8 @@ Torch-free: the config layer and the harness validate with it.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from afd_plugin.connectors.extra_config import ExtraConfigSchema
@@ -17,4 +19,10 @@ class P2pNcclExtraConfig(ExtraConfigSchema):
     """How long a role waits for its peers at rendezvous before failing."""
 
     peer_timeout_s: float = Field(default=300.0, gt=0)
-    """NCCL operation timeout for the AFD groups, in seconds."""
+    """How long one control-plane (or host-transport) operation may wait."""
+
+    transport: Literal["nccl", "host"] = "nccl"
+    """Data path: `nccl` (one communicator over the AFD world; its sends and
+    receives run on the current stream, so the attention side's graphs capture
+    them), or `host` (through host memory over the gloo world; for roles that
+    share one GPU, where NCCL refuses two ranks; never captured, eager only)."""

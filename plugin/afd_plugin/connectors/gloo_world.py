@@ -1,7 +1,9 @@
 """One AFD world over gloo: TCP-store rendezvous, peer identities, bounded
 point-to-point operations whose failures name the peer.
 
-Stateless: never touches torch.distributed's default group, which vLLM owns.
+Shared by every point-to-point connector: the CPU data path and the control
+plane (the metadata group) of the CUDA one. Stateless: never touches
+torch.distributed's default group, which vLLM owns.
 """
 
 from __future__ import annotations
@@ -111,7 +113,7 @@ class GlooWorld:
         if problems:
             raise AFDPeerError(
                 f"{self.me()}: the attention and FFN servers do not run the same "
-                "model split (same --model, dtype and "
+                "model split (same --model, dtype, --enable-dbo and "
                 "additional_config.afd.compute_gate_on_attention on both roles): "
                 + "; ".join(problems)
             )
@@ -262,6 +264,13 @@ class GlooWorld:
     def peer_left(self, global_rank: int) -> bool:
         """Whether ``global_rank`` announced an orderly close."""
         return self._check(f"left/{global_rank}")
+
+    @property
+    def store(self) -> TCPStore:
+        """The rendezvous store (hosted by ffn rank 0), for data-path set-up."""
+        if self._store is None:
+            raise RuntimeError(f"{self.me()}: the AFD world is not joined")
+        return self._store
 
     def close(self) -> None:
         """Announce an orderly leave (best effort), then drop group and store."""

@@ -1,0 +1,377 @@
+"""The one point-to-point connector design every backend shares: the AFD world
+(FFN ranks first, attention ranks in balanced blocks), the control plane over
+that world, per-stage step state, and a data path through a ``DataTransport``.
+
+Backends differ only in the transport: gloo (CPU), NCCL or host memory (CUDA).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from afd_plugin.config import AFDConfig
+from afd_plugin.connectors.base import AFDConnector, AFDControlPlane
+from afd_plugin.connectors.gloo_world import IDLE_TIMEOUT, GlooWorld
+from afd_plugin.runtime.step_payload import stage_rows
+from afd_plugin.topology import WorldLayout, attention_block, ffn_rank_for_attention
+from afd_plugin.wire import (
+    AFDControlPayload,
+    AFDWireError,
+    check_length,
+    decode_payload,
+    encode_payload,
+)
+
+# gloo matches messages by (peer, tag); one tag per kind keeps kinds apart.
+# NCCL has no tags: both roles issue their operations in the same order.
+TAG_CONTROL_LENGTH = 1
+TAG_CONTROL_BYTES = 2
+TAG_HIDDEN = 3
+TAG_ROUTER_LOGITS = 4
+TAG_FFN_OUTPUT = 5
+
+
+class DataTransport(ABC):
+    """Moves whole tensors between two global ranks of the AFD world."""
+
+    device: torch.device
+    capturable: bool = False
+    """Whether its operations can be recorded into a CUDA graph."""
+
+    @abstractmethod
+    def send(self, tensor: torch.Tensor, dst: int, tag: int, what: str) -> None: ...
+
+    @abstractmethod
+    def recv(self, tensor: torch.Tensor, src: int, tag: int, what: str) -> None: ...
+
+    def close(self) -> None:  # noqa: B027 - most transports hold nothing
+        """Release what the transport holds; idempotent."""
+
+
+class GlooTransport(DataTransport):
+    """CPU tensors straight over the gloo world."""
+
+    def __init__(self, world: GlooWorld) -> None:
+        self.world = world
+        self.device = torch.device("cpu")
+
+    def send(self, tensor: torch.Tensor, dst: int, tag: int, what: str) -> None:
+        self.world.send(tensor, dst, tag, what)
+
+    def recv(self, tensor: torch.Tensor, src: int, tag: int, what: str) -> None:
+        self.world.recv(tensor, src, tag, what)
+
+
+@dataclass(frozen=True)
+class StepState:
+    """What one stage of the current step moves, per peer."""
+
+    step: int
+    payload: AFDControlPayload
+    peers: tuple[int, ...]
+    """Global ranks this rank exchanges with, in block order."""
+    counts: tuple[int, ...]
+    """Rows each of ``peers`` sends (FFN) or this rank sends (attention): the
+    token counts, or the padded graph size in a graph step."""
+
+
+class P2pControlPlane(AFDControlPlane):
+    """Length-then-bytes JSON payloads over the connector's gloo world (the
+    metadata group: CPU tensors only, so nothing of it is ever captured)."""
+
+    def __init__(self, connector: P2pAFDConnectorBase) -> None:
+        self._connector = connector
+
+    def send_dp_metadata_list(self, payload: AFDControlPayload) -> None:
+        c = self._connector
+        # AFD-I10: local state first, so what is sent is what this rank runs.
+        c.update_state_from_dp_metadata(payload)
+        data = encode_payload(payload)
+        world, peer = c.world_or_raise(), c.ffn_peer
+        what = f"the control payload of step {c.step}, stage {payload.stage_key}"
+        length = torch.tensor([len(data)], dtype=torch.int64)
+        world.send(length, peer, TAG_CONTROL_LENGTH, what)
+        body = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        world.send(body, peer, TAG_CONTROL_BYTES, what)
+
+    def recv_dp_metadata_list(self) -> AFDControlPayload:
+        c = self._connector
+        world = c.world_or_raise()
+        payloads: list[tuple[int, AFDControlPayload]] = []
+        for peer in c.attention_peers:
+            what = f"a control payload after step {c.step}"
+            length = torch.empty(1, dtype=torch.int64)
+            world.recv(length, peer, TAG_CONTROL_LENGTH, what, timeout=IDLE_TIMEOUT)
+            body = torch.empty(check_length(int(length.item())), dtype=torch.uint8)
+            world.recv(body, peer, TAG_CONTROL_BYTES, what)
+            payloads.append((peer, decode_payload(body.numpy().tobytes())))
+        first_peer, first = payloads[0]
+        for peer, other in payloads[1:]:
+            if other != first:
+                raise AFDWireError(
+                    f"{world.me()}: attention ranks of one block disagree after "
+                    f"step {c.step}: {world.describe(first_peer)} sent {first}, "
+                    f"{world.describe(peer)} sent {other}"
+                )
+        return first
+
+
+class P2pAFDConnectorBase(AFDConnector):
+    """One attention rank <-> its FFN rank; an FFN rank serves a block.
+
+    Subclasses choose the data transport (``_open_transport``); everything
+    else (rendezvous, control plane, step state, shapes, checks) lives here.
+    """
+
+    def __init__(self, config: AFDConfig, rank: int, extra: Any) -> None:
+        super().__init__(config, rank, extra)
+        self.layout = WorldLayout(config.num_attention_ranks, config.num_ffn_ranks)
+        self.layout.global_rank(config.role, rank)  # range check, nothing else
+        self.world: GlooWorld | None = None
+        self.transport: DataTransport | None = None
+        self.states: dict[int, StepState] = {}
+        self.state: StepState | None = None
+        """The state set last (stage 0 without micro-batching)."""
+        self.step = 0
+        self._sent: dict[tuple[int, int], torch.Size] = {}
+        # AFD-I2: installed at construction, owned by the connector.
+        self.control_plane = P2pControlPlane(self)
+
+    # -- topology -----------------------------------------------------------
+
+    @property
+    def is_attention(self) -> bool:
+        return self.config.is_attention
+
+    @property
+    def ffn_peer(self) -> int:
+        """Global rank of this attention rank's FFN rank."""
+        return self.layout.peer_of("attention", self.rank)
+
+    @property
+    def block(self) -> range:
+        """Attention ranks of this rank's control-plane block."""
+        ffn = (
+            ffn_rank_for_attention(
+                self.rank, self.layout.num_attention, self.layout.num_ffn
+            )
+            if self.is_attention
+            else self.rank
+        )
+        return attention_block(ffn, self.layout.num_attention, self.layout.num_ffn)
+
+    @property
+    def attention_peers(self) -> tuple[int, ...]:
+        return tuple(self.layout.global_rank("attention", a) for a in self.block)
+
+    # -- lifecycle ----------------------------------------------------------
+
+    @abstractmethod
+    def _open_transport(self, world: GlooWorld) -> DataTransport:
+        """Build the data path once the world is joined (collective)."""
+
+    def init_afd_connector(self) -> None:
+        if self.world is not None:
+            if self.world.connected and self.transport is not None:
+                return
+            self.close()  # what a failed attempt left behind
+        if self.spec is None:
+            raise RuntimeError(
+                f"{type(self).__name__}.bind(spec) must come before init"
+            )
+        self.world = GlooWorld(
+            self.layout,
+            self.config.role,
+            self.rank,
+            self.config.host,
+            self.config.port,
+            self.extra.rendezvous_timeout_s,
+            self.extra.peer_timeout_s,
+        )
+        self.step = 0
+        self.states.clear()
+        self.state = None
+        self.world.join(self.spec)
+        try:
+            self.transport = self._open_transport(self.world)
+        except BaseException:
+            self.close()  # the next attempt starts from nothing
+            raise
+
+    def world_or_raise(self) -> GlooWorld:
+        if self.world is None or not self.world.connected:
+            raise RuntimeError(
+                f"AFD {self.config.role} rank {self.rank}: the connector is not "
+                "initialised (init_afd_connector() not called, or closed)"
+            )
+        return self.world
+
+    def _transport_or_raise(self) -> DataTransport:
+        self.world_or_raise()
+        if self.transport is None:
+            raise RuntimeError(
+                f"AFD {self.config.role} rank {self.rank}: no data path yet"
+            )
+        return self.transport
+
+    def close(self) -> None:
+        transport, self.transport = self.transport, None
+        world, self.world = self.world, None
+        self.states.clear()
+        self.state = None
+        self._sent.clear()
+        if transport is not None:
+            transport.close()
+        if world is not None:
+            world.close()
+
+    # -- step state ---------------------------------------------------------
+
+    def update_state_from_dp_metadata(self, payload: AFDControlPayload) -> None:
+        block = self.block
+        if len(payload.token_counts) != len(block):
+            raise AFDWireError(
+                f"control payload lists {len(payload.token_counts)} token counts "
+                f"but this block has {len(block)} attention ranks ({list(block)})"
+            )
+        stages = self.spec.stages if self.spec is not None else 1
+        if not 0 <= payload.stage_key < stages:
+            raise AFDWireError(
+                f"control payload stage {payload.stage_key} outside the "
+                f"{stages} micro-batch stage(s) agreed at rendezvous"
+            )
+        if payload.stage_key == 0:
+            self.step += 1
+            self.states.clear()
+        rows = stage_rows(payload)
+        if self.is_attention:
+            own = rows[self.rank - block.start]
+            state = StepState(self.step, payload, (self.ffn_peer,), (own,))
+        else:
+            state = StepState(self.step, payload, self.attention_peers, rows)
+        self.states[payload.stage_key] = state
+        self.state = state
+
+    def _where(self, layer: int, stage: int) -> str:
+        return f"step {self.step}, layer {layer}, stage {stage}"
+
+    def _state_or_raise(self, stage: int) -> StepState:
+        state = self.states.get(stage)
+        if state is None:
+            raise RuntimeError(
+                f"no step state for stage {stage}: update_state_from_dp_metadata() "
+                "must run first"
+            )
+        return state
+
+    def _dtype(self, name: str) -> torch.dtype:
+        return getattr(torch, name)
+
+    def _me(self) -> str:
+        return f"AFD {self.config.role} rank {self.rank}"
+
+    # -- attention side -----------------------------------------------------
+
+    def send_attn_output(
+        self, hidden: torch.Tensor, layer: int, stage: int, **extras: torch.Tensor
+    ) -> None:
+        state, transport = self._state_or_raise(stage), self._transport_or_raise()
+        assert self.spec is not None
+        if hidden.shape[0] != state.counts[0]:
+            raise AFDWireError(
+                f"{self._me()}: layer {layer} stage {stage} sends {hidden.shape[0]} "
+                f"tokens but the control payload of step {state.step} announced "
+                f"{state.counts[0]}"
+            )
+        self._sent[(layer, stage)] = hidden.shape
+        if hidden.shape[0] == 0:
+            return
+        where = self._where(layer, stage)
+        transport.send(
+            hidden.contiguous(), self.ffn_peer, TAG_HIDDEN, f"hidden ({where})"
+        )
+        if self.spec.layer(layer).router_logits:
+            logits = extras.get("router_logits")
+            if logits is None:
+                raise AFDWireError(f"layer {layer} must send router logits")
+            transport.send(
+                logits.contiguous(),
+                self.ffn_peer,
+                TAG_ROUTER_LOGITS,
+                f"router logits ({where})",
+            )
+
+    def recv_ffn_output(self, layer: int, stage: int) -> torch.Tensor:
+        transport = self._transport_or_raise()
+        assert self.spec is not None
+        shape = self._sent.pop((layer, stage))
+        out = torch.empty(
+            shape, dtype=self._dtype(self.spec.dtype), device=transport.device
+        )
+        if shape[0]:
+            what = f"the FFN output ({self._where(layer, stage)})"
+            transport.recv(out, self.ffn_peer, TAG_FFN_OUTPUT, what)
+        return out
+
+    # -- FFN side -----------------------------------------------------------
+
+    def recv_attn_output(
+        self, layer: int, stage: int
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        state, transport = self._state_or_raise(stage), self._transport_or_raise()
+        assert self.spec is not None
+        width = self.spec.layer(layer).router_logits
+        where = self._where(layer, stage)
+        device = transport.device
+        hiddens, logits = [], []
+        for peer, count in zip(state.peers, state.counts, strict=True):
+            h = torch.empty(
+                count,
+                self.spec.hidden_size,
+                dtype=self._dtype(self.spec.dtype),
+                device=device,
+            )
+            if count:
+                transport.recv(h, peer, TAG_HIDDEN, f"hidden ({where})")
+            hiddens.append(h)
+            if width:
+                g = torch.empty(
+                    count,
+                    width,
+                    dtype=self._dtype(self.spec.router_dtype),
+                    device=device,
+                )
+                if count:
+                    transport.recv(
+                        g, peer, TAG_ROUTER_LOGITS, f"router logits ({where})"
+                    )
+                logits.append(g)
+        extras = {"router_logits": torch.cat(logits)} if width else {}
+        hidden = hiddens[0] if len(hiddens) == 1 else torch.cat(hiddens)
+        return hidden, extras
+
+    def send_ffn_output(self, hidden: torch.Tensor, layer: int, stage: int) -> None:
+        state, transport = self._state_or_raise(stage), self._transport_or_raise()
+        if hidden.shape[0] != sum(state.counts):
+            raise AFDWireError(
+                f"{self._me()}: layer {layer} stage {stage} output has "
+                f"{hidden.shape[0]} tokens, expected {sum(state.counts)}"
+            )
+        where = self._where(layer, stage)
+        parts = torch.split(hidden, list(state.counts))
+        for peer, part in zip(state.peers, parts, strict=True):
+            if part.shape[0]:
+                transport.send(
+                    part.contiguous(), peer, TAG_FFN_OUTPUT, f"output ({where})"
+                )
+
+    def peers_left(self) -> bool:
+        """FFN side: whether every served attention rank closed in order."""
+        world = self.world
+        return world is not None and all(
+            world.peer_left(p) for p in self.attention_peers
+        )
