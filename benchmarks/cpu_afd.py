@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     ratio = {str(b): served["afd_1a1f"][b] / served["colocated"][b] for b in BATCHES}
     result = {
         "what": "AFD 1A1F over gloo vs colocated vLLM, same machine, same run",
-        "model": str(model),
+        "model": model.name,  # the cache entry; its spec hash names the build
         "arch": args.arch,
         "new_tokens_per_sequence": args.new_tokens,
         "decode": {
