@@ -34,30 +34,36 @@ RESULTS = ROOT / "benchmarks" / "results"
 # -- decode throughput ------------------------------------------------------
 
 
-def decode_rate(server: VllmServer, batch: int, new_tokens: int) -> float:
-    """Completion tokens per second of one batched greedy request."""
+def decode_rate(server: VllmServer, batch: int, new_tokens: int, samples: int) -> float:
+    """Completion tokens per second of one batched greedy request; the median
+    of ``samples`` requests (the machine is shared and noisy)."""
     prompts = [f"Janet has {i} apples and buys {i + 3} more." for i in range(batch)]
     server.complete(prompts[:1], max_tokens=2)  # warm-up
-    started = time.perf_counter()
-    tokens = server.complete(prompts, max_tokens=new_tokens, timeout_s=600)
-    elapsed = time.perf_counter() - started
-    return sum(len(t) for t in tokens) / elapsed
+    rates = []
+    for _ in range(samples):
+        started = time.perf_counter()
+        tokens = server.complete(prompts, max_tokens=new_tokens, timeout_s=600)
+        elapsed = time.perf_counter() - started
+        rates.append(sum(len(t) for t in tokens) / elapsed)
+    return statistics.median(rates)
 
 
-def measure_servers(model: Path, logs: Path, new_tokens: int) -> dict[str, Any]:
+def measure_servers(
+    model: Path, logs: Path, new_tokens: int, samples: int
+) -> dict[str, Any]:
     out: dict[str, Any] = {"colocated": {}, "afd_1a1f": {}, "ready_s": {}}
     servers = Servers(logs)
     try:
         baseline = servers.start(VllmServer("colocated", model, logs)).wait_ready()
         out["ready_s"]["colocated"] = baseline.ready_after_s
         for batch in BATCHES:
-            out["colocated"][batch] = decode_rate(baseline, batch, new_tokens)
+            out["colocated"][batch] = decode_rate(baseline, batch, new_tokens, samples)
         baseline.stop()
         ffn, attention = servers.afd_pair(model)
         attention.wait_ready()
         out["ready_s"]["afd_attention"] = attention.ready_after_s
         for batch in BATCHES:
-            out["afd_1a1f"][batch] = decode_rate(attention, batch, new_tokens)
+            out["afd_1a1f"][batch] = decode_rate(attention, batch, new_tokens, samples)
     finally:
         problems = servers.stop_all()
     if problems:
@@ -140,6 +146,26 @@ def exchange_round_trip(shape: tuple[int, int], repeats: int) -> dict[str, float
 # -- report -----------------------------------------------------------------
 
 
+def where_time_goes(
+    served: dict[str, Any], layers: int, step_exchange_s: dict[int, float]
+) -> dict[str, dict[str, float]]:
+    """Per decode step: colocated and AFD milliseconds, the difference, and
+    how much of it ``layers`` exchange round trips of that batch explain."""
+    out = {}
+    for b in BATCHES:
+        colocated_ms = 1e3 * b / served["colocated"][b]
+        afd_ms = 1e3 * b / served["afd_1a1f"][b]
+        exchange_ms = 1e3 * layers * step_exchange_s[b]
+        out[str(b)] = {
+            "colocated_ms_per_step": colocated_ms,
+            "afd_ms_per_step": afd_ms,
+            "extra_ms_per_step": afd_ms - colocated_ms,
+            "exchange_ms_per_step": exchange_ms,
+            "exchange_share_of_extra": exchange_ms / max(afd_ms - colocated_ms, 1e-9),
+        }
+    return out
+
+
 def plot(result: dict[str, Any], path: Path) -> str:
     try:
         import matplotlib
@@ -168,16 +194,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arch", default="deepseek_v2")
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument(
+        "--samples", type=int, default=3, help="timed requests per batch size"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
 
     model = build_tiny_model(args.arch)
+    config = json.loads((model / "config.json").read_text())
+    hidden, layers = config["hidden_size"], config["num_hidden_layers"]
     exchange = {
         f"{n}x{h}": exchange_round_trip((n, h), args.repeats)
         for n, h in EXCHANGE_SHAPES
     }
+    # The model's own decode-step shapes (one token per sequence).
+    step_exchange = {
+        b: exchange_round_trip((b, hidden), args.repeats)["gloo_round_trip_s"]
+        for b in BATCHES
+    }
     with tempfile.TemporaryDirectory(prefix="cpu-afd-bench-") as logs:
-        served = measure_servers(model, Path(logs), args.new_tokens)
+        served = measure_servers(model, Path(logs), args.new_tokens, args.samples)
     ratio = {str(b): served["afd_1a1f"][b] / served["colocated"][b] for b in BATCHES}
     result = {
         "what": "AFD 1A1F over gloo vs colocated vLLM, same machine, same run",
@@ -193,10 +229,16 @@ def main(argv: list[str] | None = None) -> int:
         },
         "server_ready_s": served["ready_s"],
         "exchange": exchange,
+        "per_decode_step": where_time_goes(served, layers, step_exchange),
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "cpu_afd.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({"decode_ratio": ratio, "exchange": exchange}, indent=2))
+    summary = {
+        "decode_ratio": ratio,
+        "exchange_ratio": {k: v["ratio"] for k, v in exchange.items()},
+        "per_decode_step": result["per_decode_step"],
+    }
+    print(json.dumps(summary, indent=2))
     print(plot(result, args.out / "cpu_afd.png"))
     return 0
 
