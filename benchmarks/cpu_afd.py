@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import socket
 import statistics
 import sys
 import tempfile
@@ -24,6 +23,7 @@ sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
 from vllm_servers import Servers, VllmServer  # noqa: E402
 
+from afd_e2e.launch import free_port  # noqa: E402
 from afd_e2e.tiny_model import build_tiny_model  # noqa: E402
 
 BATCHES = (1, 8, 32)
@@ -74,12 +74,6 @@ def measure_servers(
 # -- exchange round trip ----------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _connector(role: str, port: int) -> Any:
     from afd_plugin.config import AFDConfig
     from afd_plugin.connectors.cpu.p2p_gloo import P2pGlooAFDConnector
@@ -115,7 +109,7 @@ def exchange_round_trip(shape: tuple[int, int], repeats: int) -> dict[str, float
 
     from afd_plugin.wire import AFDControlPayload
 
-    port = _free_port()
+    port = free_port()
     ffn = mp.get_context("spawn").Process(
         target=_echo_ffn, args=(port, shape, repeats), daemon=True
     )

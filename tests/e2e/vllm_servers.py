@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,8 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from afd_e2e.launch import free_port
 
 CPU_ENV = {
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",
@@ -47,12 +48,6 @@ PROMPTS = (
     "How many books does Chen have now?",
     "58 minus 17 equals",
 )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def afd_config(role: str, port: int, **extra: Any) -> dict[str, Any]:

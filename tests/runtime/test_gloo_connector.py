@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import socket
 import threading
 import time
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import pytest
 import torch
 
+from afd_e2e.launch import free_port
 from afd_plugin.config import AFDConfig
 from afd_plugin.connectors.base import (
     AFDPeerError,
@@ -45,12 +45,6 @@ SPEC = ExchangeSpec(
     layers=(LayerExchange(0, "dense", 0), LayerExchange(1, "moe", EXPERTS)),
 )
 TOKENS = 5
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def connector(

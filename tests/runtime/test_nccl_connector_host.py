@@ -8,13 +8,13 @@ Needs torch and vLLM importable (tox env e2e); no server, no GPU.
 
 from __future__ import annotations
 
-import socket
 import threading
 from typing import Any
 
 import pytest
 import torch
 
+from afd_e2e.launch import free_port
 from afd_plugin.config import AFDConfig
 from afd_plugin.connectors.base import ExchangeSpec, LayerExchange
 from afd_plugin.connectors.gpu.p2p_nccl import HostTransport, P2pNcclAFDConnector
@@ -34,12 +34,6 @@ SPEC = ExchangeSpec(
     (LayerExchange(0, "dense"), LayerExchange(1, "dense")),
     stages=2,
 )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def connector(role: str, port: int) -> P2pNcclAFDConnector:

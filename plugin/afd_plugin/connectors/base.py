@@ -50,11 +50,15 @@ class ExchangeSpec:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def __post_init__(self) -> None:
+        # Looked up per layer and step on the data path: index it once.
+        object.__setattr__(self, "_by_layer", {x.layer: x for x in self.layers})
+
     def layer(self, index: int) -> LayerExchange:
-        for item in self.layers:
-            if item.layer == index:
-                return item
-        raise KeyError(f"layer {index} is not part of the AFD exchange")
+        try:
+            return self._by_layer[index]  # type: ignore[attr-defined]
+        except KeyError:
+            raise KeyError(f"layer {index} is not part of the AFD exchange") from None
 
     def differences(self, other: ExchangeSpec) -> list[str]:
         """Human-readable differences, empty when both sides agree."""

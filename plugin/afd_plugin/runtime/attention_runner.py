@@ -23,6 +23,7 @@ from afd_plugin.runtime.metadata import (
     has_metadata,
     install_metadata,
 )
+from afd_plugin.runtime.role import refuse_unsupported_features
 from afd_plugin.runtime.step_payload import (
     GRAPH_KINDS,
     MARKED_KINDS,
@@ -34,6 +35,7 @@ from afd_plugin.runtime.step_payload import (
 from afd_plugin.topology import attention_block, ffn_rank_for_attention
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
     from vllm.config import VllmConfig
 
@@ -84,6 +86,13 @@ class AFDAttentionRunnerMixin:
     _afd_payloads: tuple[AFDControlPayload, ...] = ()
     _afd_steps: int = 0
 
+    def __init__(
+        self, vllm_config: VllmConfig, device: torch.device, connector: AFDConnector
+    ) -> None:
+        super().__init__(vllm_config, device)  # type: ignore[call-arg]
+        refuse_unsupported_features(self, "attention")
+        self.afd_connector = connector
+
     def afd_finish_load(self, model: nn.Module) -> None:
         """Call at the very end of ``load_model`` (AFD-I3), after any graph or
         micro-batch wrapper: every forward of ``model`` begins the step if the
@@ -115,6 +124,19 @@ class AFDAttentionRunnerMixin:
             yield
         finally:
             self._afd_capturing = saved
+
+    # Step kinds of vLLM's own forwards (every platform's runner has these).
+    # A dummy batch outside warm-up and profiling (an idle DP rank keeping
+    # step with its peers) is a plain step, or a replay in graph mode.
+
+    def profile_run(self, *args: Any, **kwargs: Any) -> None:
+        with self.afd_step_kind("profile"):
+            super().profile_run(*args, **kwargs)  # type: ignore[misc]
+
+    def _dummy_run(self, *args: Any, **kwargs: Any) -> Any:
+        kind = "profile" if kwargs.get("is_profile") else self._afd_step_kind
+        with self.afd_step_kind(kind):
+            return super()._dummy_run(*args, **kwargs)  # type: ignore[misc]
 
     # -- platform hooks -------------------------------------------------------
 

@@ -17,6 +17,7 @@ from afd_plugin.models.role_model import FFN_REFUSAL
 from afd_plugin.runtime.ffn_daemon import FFNBranch
 from afd_plugin.runtime.ffn_serve import serve_ffn_step
 from afd_plugin.runtime.metadata import AFDForwardMetadata, install_metadata
+from afd_plugin.runtime.role import refuse_unsupported_features
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -37,6 +38,13 @@ class AFDFFNRunnerMixin:
     model: FFNRoleModel
     afd_graphs: FFNGraphCache | None = None
     """Set by runners whose platform captures FFN graphs (CUDA)."""
+
+    def __init__(
+        self, vllm_config: VllmConfig, device: torch.device, connector: AFDConnector
+    ) -> None:
+        super().__init__(vllm_config, device)  # type: ignore[call-arg]
+        refuse_unsupported_features(self, "ffn")
+        self.afd_connector = connector
 
     def afd_device(self) -> torch.device:
         return torch.device("cpu")
@@ -66,6 +74,9 @@ class AFDFFNRunnerMixin:
     def afd_refuse_requests(self, scheduled_tokens: int) -> None:
         if scheduled_tokens:
             raise RuntimeError(FFN_REFUSAL)
+
+    def profile_run(self, *args: Any, **kwargs: Any) -> None:
+        self.afd_skip_forward("profile run")
 
     def afd_skip_forward(self, what: str, *_: Any, **__: Any) -> None:
         logger.debug("afd-plugin: FFN runner skips %s (the daemon serves steps)", what)

@@ -7,7 +7,7 @@ Shared by the config patch and the role workers of every platform.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from afd_plugin.config import AFDConfig, parse_afd_config
 from afd_plugin.connectors.registry import AFDConnectorFactory
@@ -109,6 +109,15 @@ def this_role_rank(vllm_config: VllmConfig) -> int:
         get_tensor_model_parallel_rank(),
         parallel.tensor_parallel_size,
     )
+
+
+def refuse_unsupported_features(runner: Any, role: str) -> None:
+    """What no AFD role runner supports, on any platform: LoRA and
+    speculative decoding (the layers are split across servers)."""
+    if runner.lora_config:
+        raise ValueError(f"AFD {role} role: LoRA is not supported")
+    if runner.speculative_config is not None:
+        raise ValueError(f"AFD {role} role: speculative decoding is not supported")
 
 
 def build_connector(afd: AFDConfig, rank: int) -> AFDConnector:

@@ -1,30 +1,33 @@
-"""Checks every AFD role worker runs at construction, whatever selected it
-(``auto`` or an explicit path): loud errors instead of guesses (AFD-I11).
+"""What every platform's AFD role worker shares: the checks it runs at
+construction, whatever selected it (``auto`` or an explicit path: loud errors
+instead of guesses, AFD-I11), and the connector and FFN-daemon lifecycle.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+import os
+import signal
+from typing import TYPE_CHECKING, Any
 
 from afd_plugin.config import AFDConfig
 from afd_plugin.errors import AFDConfigError, FieldError
 from afd_plugin.patches import require_patches
-from afd_plugin.runtime.role import (
-    current_platform_name,
-    require_afd_config,
-    validate_role,
-)
-from afd_plugin.version import check_vllm_version, installed_vllm_version
+from afd_plugin.runtime.ffn_daemon import FFNDaemon
+from afd_plugin.runtime.role import require_afd_config
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+
+    from afd_plugin.connectors.base import AFDConnector
 
 logger = logging.getLogger("afd_plugin")
 
 
 def check_role_worker(vllm_config: VllmConfig, role: str, worker: str) -> AFDConfig:
-    """The AFD config of this worker, after every check that can fail early."""
+    """The AFD config of this worker, after every check that can fail early:
+    an ``afd`` section, the applied patches, the role the worker runs."""
     afd = require_afd_config(vllm_config)
     require_patches()
     if afd.role != role:
@@ -38,11 +41,52 @@ def check_role_worker(vllm_config: VllmConfig, role: str, worker: str) -> AFDCon
                 )
             ]
         )
-    installed = installed_vllm_version()
-    warning = check_vllm_version(
-        installed[1] if installed else None, afd.allow_unsupported_vllm_version
-    )
-    if warning:
-        logger.warning("afd-plugin: %s", warning)
-    validate_role(vllm_config, afd, current_platform_name())
+    # The deployment validator and the vLLM version check already ran in the
+    # config patch, which require_patches() guarantees was applied.
     return afd
+
+
+class AFDRoleWorkerMixin:
+    """Mixed in before a platform's vLLM worker: owns the connector (and, on
+    the FFN role, the daemon) and releases them at shutdown."""
+
+    afd_connector: AFDConnector | None = None
+    afd_daemon: FFNDaemon | None = None
+
+    def shutdown(self) -> None:
+        if self.afd_daemon is not None:
+            self.afd_daemon.stop()
+        if self.afd_connector is not None and (
+            self.afd_daemon is None or not self.afd_daemon.alive
+        ):
+            # A daemon blocked in an idle receive keeps the groups until exit.
+            self.afd_connector.close()
+        super().shutdown()  # type: ignore[misc]
+
+
+class AFDFFNWorkerMixin(AFDRoleWorkerMixin):
+    """The FFN role's worker: no KV cache, no scheduler work; after the empty
+    KV-cache set-up it meets the attention ranks and starts the daemon."""
+
+    model_runner: Any
+
+    def initialize_from_config(self, kv_cache_config: KVCacheConfig) -> None:
+        super().initialize_from_config(kv_cache_config)  # type: ignore[misc]
+        assert self.afd_connector is not None
+        self.afd_connector.init_afd_connector()  # AFD-I3: before the daemon
+        self.afd_daemon = FFNDaemon(
+            self.afd_connector,
+            self.model_runner.afd_serve_step,
+            self._afd_daemon_exit,
+            graphs=self.model_runner.afd_graphs,
+        )
+        self.afd_daemon.start()
+
+    def _afd_daemon_exit(self, error: BaseException | None) -> None:
+        """The attention ranks left or failed: this FFN server has nothing left
+        to serve, so its engine stops (and with it the server)."""
+        if error is not None:
+            logger.error("afd-plugin: FFN server stops: %s", error)
+        else:
+            logger.info("afd-plugin: FFN server stops: its attention ranks left")
+        os.kill(os.getpid(), signal.SIGTERM)

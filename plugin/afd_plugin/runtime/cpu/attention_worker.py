@@ -5,7 +5,6 @@ Builds the connector (light) once vLLM's distributed state gives the rank.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from vllm.config import VllmConfig
@@ -13,19 +12,16 @@ from vllm.v1.worker.cpu_worker import CPUWorker
 
 from afd_plugin.runtime.cpu.model_runners import AFDAttentionCPUModelRunner
 from afd_plugin.runtime.role import build_connector, this_role_rank
-from afd_plugin.runtime.role_worker import check_role_worker
-
-logger = logging.getLogger("afd_plugin")
+from afd_plugin.runtime.role_worker import AFDRoleWorkerMixin, check_role_worker
 
 
-class AFDAttentionCPUWorker(CPUWorker):
+class AFDAttentionCPUWorker(AFDRoleWorkerMixin, CPUWorker):
     """Attention role: scheduler, KV cache, sampler; FFN blocks are remote."""
 
     def __init__(self, vllm_config: VllmConfig, *args: Any, **kwargs: Any) -> None:
         # Every check that can fail runs before vLLM's worker set-up.
         self.afd = check_role_worker(vllm_config, "attention", type(self).__name__)
         super().__init__(vllm_config, *args, **kwargs)
-        self.afd_connector = None
 
     def init_device(self) -> None:
         super().init_device()
@@ -35,8 +31,3 @@ class AFDAttentionCPUWorker(CPUWorker):
         self.model_runner = AFDAttentionCPUModelRunner(
             self.vllm_config, self.device, self.afd_connector
         )
-
-    def shutdown(self) -> None:
-        if self.afd_connector is not None:
-            self.afd_connector.close()
-        super().shutdown()

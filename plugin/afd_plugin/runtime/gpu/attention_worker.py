@@ -10,16 +10,15 @@ from vllm.config import VllmConfig
 from vllm.v1.worker.gpu_worker import Worker
 
 from afd_plugin.runtime.role import build_connector, this_role_rank
-from afd_plugin.runtime.role_worker import check_role_worker
+from afd_plugin.runtime.role_worker import AFDRoleWorkerMixin, check_role_worker
 
 
-class AFDAttentionGPUWorker(Worker):
+class AFDAttentionGPUWorker(AFDRoleWorkerMixin, Worker):
     """Attention role: scheduler, KV cache, sampler; FFN blocks are remote."""
 
     def __init__(self, vllm_config: VllmConfig, *args: Any, **kwargs: Any) -> None:
         # Every check that can fail runs before vLLM's worker set-up.
         self.afd = check_role_worker(vllm_config, "attention", type(self).__name__)
-        self.afd_connector = None
         super().__init__(vllm_config, *args, **kwargs)
 
     def _make_model_runner(self) -> Any:
@@ -34,8 +33,3 @@ class AFDAttentionGPUWorker(Worker):
                 AFDAttentionGPUModelRunner as runner_cls,
             )
         return runner_cls(self.vllm_config, self.device, self.afd_connector)
-
-    def shutdown(self) -> None:
-        if self.afd_connector is not None:
-            self.afd_connector.close()
-        super().shutdown()

@@ -28,41 +28,8 @@ from afd_plugin.runtime.role import graph_mode_of
 from afd_plugin.wire import AFDControlPayload
 
 
-def refuse_extras(runner: Any, role: str) -> None:
-    if runner.lora_config:
-        raise ValueError(f"AFD {role} role: LoRA is not supported")
-    if runner.speculative_config is not None:
-        raise ValueError(f"AFD {role} role: speculative decoding is not supported")
-
-
-def require_control_plane(connector: AFDConnector) -> None:
-    """AFD-I2: the CUDA FFN runner is control-plane driven only."""
-    assert connector.control_plane is not None, (
-        f"{type(connector).__name__} has no control plane; the CUDA FFN runner "
-        "needs one (installed at connector construction)"
-    )
-
-
-def ffn_graph_cache(
-    vllm_config: VllmConfig, device: torch.device
-) -> FFNGraphCache | None:
-    """The FFN graph cache when the deployment runs graphs, else None."""
-    if graph_mode_of(vllm_config) == "eager":
-        return None
-    from afd_plugin.runtime.gpu.graphs import CudaGraphBackend
-
-    return FFNGraphCache(CudaGraphBackend(device))
-
-
 class AFDAttentionGPUModelRunner(AFDAttentionRunnerMixin, GPUModelRunner):
     """Attention role on CUDA, model runner V1."""
-
-    def __init__(
-        self, vllm_config: VllmConfig, device: torch.device, connector: AFDConnector
-    ) -> None:
-        super().__init__(vllm_config, device)
-        refuse_extras(self, "attention")
-        self.afd_connector = connector
 
     def load_model(
         self, load_dummy_weights: bool = False, *, model: nn.Module | None = None
@@ -95,37 +62,36 @@ class AFDAttentionGPUModelRunner(AFDAttentionRunnerMixin, GPUModelRunner):
             and descriptor.num_tokens in inner.cudagraphs
         )
 
-    # Step kinds. A dummy batch outside warm-up and profiling (an idle DP rank
-    # keeping step with its peers) is a plain step, or a replay in graph mode.
-
-    def profile_run(self, *args: Any, **kwargs: Any) -> None:
-        with self.afd_step_kind("profile"):
-            super().profile_run(*args, **kwargs)
-
     def _warmup_and_capture(self, *args: Any, **kwargs: Any) -> Any:
         with self.afd_step_kind("warmup"):
             return super()._warmup_and_capture(*args, **kwargs)
 
     def _dummy_run(self, *args: Any, **kwargs: Any) -> Any:
-        kind = "profile" if kwargs.get("is_profile") else self._afd_step_kind
-        with self.afd_step_kind(kind):
-            if kwargs.get("is_graph_capturing"):
-                with self.afd_capturing():
-                    return super()._dummy_run(*args, **kwargs)
-            return super()._dummy_run(*args, **kwargs)
+        # The mixin sets the step kind; a capturing dummy run is a capture.
+        if kwargs.get("is_graph_capturing"):
+            with self.afd_capturing():
+                return super()._dummy_run(*args, **kwargs)
+        return super()._dummy_run(*args, **kwargs)
 
 
-class AFDFFNGPUModelRunner(AFDFFNRunnerMixin, GPUModelRunner):
-    """FFN role on CUDA, model runner V1: the daemon calls ``afd_serve_step``."""
+class CudaFFNRunnerMixin(AFDFFNRunnerMixin):
+    """The FFN role on CUDA, for model runner V1 and V2 alike: control-plane
+    driven only (AFD-I2), the FFN graph cache in graph modes, none of vLLM's
+    own KV cache, profiling, capture or scheduler work."""
 
     def __init__(
         self, vllm_config: VllmConfig, device: torch.device, connector: AFDConnector
     ) -> None:
-        require_control_plane(connector)
-        super().__init__(vllm_config, device)
-        refuse_extras(self, "ffn")
-        self.afd_connector = connector
-        self.afd_graphs = ffn_graph_cache(vllm_config, device)
+        assert connector.control_plane is not None, (
+            f"{type(connector).__name__} has no control plane; the CUDA FFN runner "
+            "needs one (installed at connector construction)"
+        )
+        super().__init__(vllm_config, device, connector)
+        self.afd_graphs = None
+        if graph_mode_of(vllm_config) != "eager":
+            from afd_plugin.runtime.gpu.graphs import CudaGraphBackend
+
+            self.afd_graphs = FFNGraphCache(CudaGraphBackend(device))
 
     def afd_device(self) -> torch.device:
         return self.device
@@ -137,7 +103,11 @@ class AFDFFNGPUModelRunner(AFDFFNRunnerMixin, GPUModelRunner):
         super().afd_serve_step(payloads, branch)
 
     def load_model(
-        self, load_dummy_weights: bool = False, *, model: nn.Module | None = None
+        self,
+        load_dummy_weights: bool = False,
+        *args: Any,
+        model: nn.Module | None = None,
+        **kwargs: Any,
     ) -> None:
         if load_dummy_weights or model is not None:
             raise ValueError("AFD ffn role: the role model is built by AFD")
@@ -154,9 +124,6 @@ class AFDFFNGPUModelRunner(AFDFFNRunnerMixin, GPUModelRunner):
         self.afd_refuse_requests(scheduler_output.total_num_scheduled_tokens)
         return None
 
-    def profile_run(self, *args: Any, **kwargs: Any) -> None:
-        self.afd_skip_forward("profile run")
-
     def profile_cudagraph_memory(self) -> int:
         return 0
 
@@ -167,3 +134,7 @@ class AFDFFNGPUModelRunner(AFDFFNRunnerMixin, GPUModelRunner):
     def _dummy_run(self, *args: Any, **kwargs: Any) -> Any:
         self.afd_skip_forward("dummy run")
         return None, None
+
+
+class AFDFFNGPUModelRunner(CudaFFNRunnerMixin, GPUModelRunner):
+    """FFN role on CUDA, model runner V1: the daemon calls ``afd_serve_step``."""

@@ -19,15 +19,8 @@ from vllm.v1.worker.gpu.model_runner import GPUModelRunner as GPUModelRunnerV2
 
 from afd_plugin.connectors.base import AFDConnector
 from afd_plugin.runtime.attention_runner import AFDAttentionRunnerMixin, AFDStepEntry
-from afd_plugin.runtime.ffn_daemon import FFNBranch
-from afd_plugin.runtime.ffn_runner import AFDFFNRunnerMixin
-from afd_plugin.runtime.gpu.model_runners import (
-    ffn_graph_cache,
-    refuse_extras,
-    require_control_plane,
-)
+from afd_plugin.runtime.gpu.model_runners import CudaFFNRunnerMixin
 from afd_plugin.runtime.model_loading import load_role_model
-from afd_plugin.wire import AFDControlPayload
 
 
 def refuse_ubatching(vllm_config: VllmConfig, role: str) -> None:
@@ -45,9 +38,7 @@ class AFDAttentionGPUModelRunnerV2(AFDAttentionRunnerMixin, GPUModelRunnerV2):
         self, vllm_config: VllmConfig, device: torch.device, connector: AFDConnector
     ) -> None:
         refuse_ubatching(vllm_config, "attention")
-        super().__init__(vllm_config, device)
-        refuse_extras(self, "attention")
-        self.afd_connector = connector
+        super().__init__(vllm_config, device, connector)
 
     def load_model(
         self,
@@ -86,75 +77,17 @@ class AFDAttentionGPUModelRunnerV2(AFDAttentionRunnerMixin, GPUModelRunnerV2):
         # eager mode; only a capture runs the model under a graph.
         return self._afd_capturing and torch.cuda.is_current_stream_capturing()
 
-    def profile_run(self, *args: Any, **kwargs: Any) -> None:
-        with self.afd_step_kind("profile"):
-            super().profile_run(*args, **kwargs)
-
     def capture_model(self, *args: Any, **kwargs: Any) -> int:
         # The eager pass before each capture is a warm-up step.
         with self.afd_step_kind("warmup"), self.afd_capturing():
             return super().capture_model(*args, **kwargs)
 
-    def _dummy_run(self, *args: Any, **kwargs: Any) -> Any:
-        kind = "profile" if kwargs.get("is_profile") else self._afd_step_kind
-        with self.afd_step_kind(kind):
-            return super()._dummy_run(*args, **kwargs)
 
-
-class AFDFFNGPUModelRunnerV2(AFDFFNRunnerMixin, GPUModelRunnerV2):
+class AFDFFNGPUModelRunnerV2(CudaFFNRunnerMixin, GPUModelRunnerV2):
     """FFN role on CUDA, model runner V2: the daemon calls ``afd_serve_step``."""
 
     def __init__(
         self, vllm_config: VllmConfig, device: torch.device, connector: AFDConnector
     ) -> None:
-        require_control_plane(connector)
         refuse_ubatching(vllm_config, "ffn")
-        super().__init__(vllm_config, device)
-        refuse_extras(self, "ffn")
-        self.afd_connector = connector
-        self.afd_graphs = ffn_graph_cache(vllm_config, device)
-
-    def afd_device(self) -> torch.device:
-        return self.device
-
-    def afd_serve_step(
-        self, payloads: tuple[AFDControlPayload, ...], branch: FFNBranch
-    ) -> None:
-        torch.cuda.set_device(self.device)  # the daemon's own thread
-        super().afd_serve_step(payloads, branch)
-
-    def load_model(
-        self,
-        load_dummy_weights: bool = False,
-        *args: Any,
-        model: nn.Module | None = None,
-        **kwargs: Any,
-    ) -> None:
-        if load_dummy_weights or model is not None:
-            raise ValueError("AFD ffn role: the role model is built by AFD")
-        self.model = load_role_model(self.vllm_config, "ffn")
-        self.afd_connector.bind(self.model.afd_spec)
-
-    def get_model(self) -> nn.Module:
-        return self.model
-
-    def initialize_kv_cache(self, *args: Any, **kwargs: Any) -> None:
-        """The FFN role holds no KV cache and builds no attention state."""
-
-    def execute_model(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
-        self.afd_refuse_requests(scheduler_output.total_num_scheduled_tokens)
-        return None
-
-    def profile_run(self, *args: Any, **kwargs: Any) -> None:
-        self.afd_skip_forward("profile run")
-
-    def profile_cudagraph_memory(self) -> int:
-        return 0
-
-    def capture_model(self, *args: Any, **kwargs: Any) -> int:
-        self.afd_skip_forward("graph capture (FFN graphs follow the attention side)")
-        return 0
-
-    def _dummy_run(self, *args: Any, **kwargs: Any) -> Any:
-        self.afd_skip_forward("dummy run")
-        return None, None
+        super().__init__(vllm_config, device, connector)
