@@ -24,6 +24,10 @@ DEFAULT_ROOT_ENV = "AFD_E2E_MODELS"
 SEED = 1234
 VOCAB_SIZE = 512
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>")
+# Context length. The real GSM8K data with 2 few-shot examples needs up to
+# about 3,040 prompt tokens with this tokenizer (~0.73 tokens per character),
+# so 1,024 refused some prompts; 4,096 holds them plus the generated answer.
+CONTEXT_TOKENS = 4096
 
 # Model configs by architecture. DeepSeek-V2 keeps real MLA shapes because the
 # CPU MLA kernels accept only kv_lora_rank + qk_rope_head_dim == 576; the CPU
@@ -52,7 +56,7 @@ ARCH_CONFIGS: dict[str, dict[str, Any]] = {
         "n_group": 1,
         "topk_group": 1,
         "routed_scaling_factor": 1.0,
-        "max_position_embeddings": 1024,
+        "max_position_embeddings": CONTEXT_TOKENS,
         "initializer_range": 0.1,
     },
     "qwen3_moe": {
@@ -70,7 +74,7 @@ ARCH_CONFIGS: dict[str, dict[str, Any]] = {
         "num_experts": 4,
         "num_experts_per_tok": 2,
         "norm_topk_prob": True,
-        "max_position_embeddings": 1024,
+        "max_position_embeddings": CONTEXT_TOKENS,
         "initializer_range": 0.1,
     },
 }
@@ -231,7 +235,7 @@ def _write_tokenizer(out: Path) -> dict[str, int]:
         bos_token="<s>",
         eos_token="</s>",
         pad_token="</s>",
-        model_max_length=1024,
+        model_max_length=CONTEXT_TOKENS,
     )
     fast.save_pretrained(str(out))
     return {t: tokenizer.token_to_id(t) for t in SPECIAL_TOKENS}

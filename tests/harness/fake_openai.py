@@ -76,7 +76,8 @@ class FakeOpenAI:
     """``with FakeOpenAI(answers) as server:`` serves POST /v1/completions.
 
     ``answers`` maps a question to the completion text; an unknown question
-    gets HTTP 404. ``fail_status`` answers every completion with that status.
+    gets HTTP 404. ``fail_status`` answers every completion with that status
+    and ``fail_message`` as the OpenAI-style error message.
     ``hold_for`` makes each request wait (up to 5 s) until that many requests
     have been in flight at once, so a test sees real concurrency or a timeout.
     Any other path is recorded in ``stray`` (a hub probe would show up there).
@@ -87,11 +88,13 @@ class FakeOpenAI:
         answers: Mapping[str, str] | Callable[[str], str | None],
         *,
         fail_status: int | None = None,
+        fail_message: str = "injected",
         delay_s: float = 0.0,
         hold_for: int | None = None,
     ) -> None:
         self._answer = answers if callable(answers) else answers.get
         self.fail_status = fail_status
+        self.fail_message = fail_message
         self.delay_s = delay_s
         self.hold_for = hold_for
         self.requests = 0
@@ -200,7 +203,8 @@ def _make_handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 if server.delay_s:
                     time.sleep(server.delay_s)
                 if server.fail_status is not None:
-                    self._send(server.fail_status, {"error": {"message": "injected"}})
+                    error = {"message": server.fail_message, "code": server.fail_status}
+                    self._send(server.fail_status, {"error": error})
                     return
                 question = last_question(str(body.get("prompt", "")))
                 text = server._answer(question)

@@ -124,6 +124,29 @@ def test_server_error_fails_without_retrying(tmp_path: Path) -> None:
     assert server.requests <= 4  # one attempt per request at most, no retries
 
 
+def test_refused_prompt_names_the_servers_reason(tmp_path: Path) -> None:
+    """A 400 from vLLM says why (here a prompt over --max-model-len); the
+    failure message carries that reason, not only the status line."""
+    data, answers = make_dataset(tmp_path / "data", right=2)
+    reason = "This model's maximum context length is 1024 tokens."
+    with FakeOpenAI(answers, fail_status=400, fail_message=reason) as server:
+        result = run_gsm8k(
+            Gsm8kRequest(
+                base_url=server.url,
+                model="m",
+                samples=2,
+                fewshot=0,
+                concurrency=1,
+                data=data,
+                out_dir=tmp_path / "o",
+            ),
+            stream=io.StringIO(),
+        )
+    assert not result.passed and not result.refused
+    assert "400 Client Error" in result.message
+    assert f"the server said: {reason}" in result.message
+
+
 def test_dbo_run_reaches_twelve_requests_in_flight(tmp_path: Path) -> None:
     data, answers = make_dataset(tmp_path / "data", right=18, wrong=6)
     with FakeOpenAI(answers, hold_for=12) as server:

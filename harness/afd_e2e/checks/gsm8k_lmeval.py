@@ -167,6 +167,38 @@ def _newest(directory: Path, pattern: str) -> str | None:
     return str(found[-1]) if found else None
 
 
+def failure_detail(exc: BaseException) -> str:
+    """One line: the exception and, for an HTTP error, what the server said.
+
+    ``requests`` puts only the status in the message; the reason a vLLM
+    server refused a request (a prompt longer than ``--max-model-len``, an
+    unknown model name) is in the response body.
+    """
+    detail = f"{type(exc).__name__}: {exc}"
+    response = getattr(exc, "response", None)
+    said = _server_message(response) if response is not None else ""
+    if said:
+        detail += f"; the server said: {said}"
+    return " ".join(detail.split())
+
+
+def _server_message(response: Any) -> str:
+    try:
+        text = str(response.text)
+    except Exception:  # a response whose body cannot be read says nothing more
+        return ""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return text[:500]
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict) and error.get("message"):
+        return str(error["message"])
+    if isinstance(body, dict) and body.get("detail"):
+        return str(body["detail"])
+    return text[:500]
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m afd_e2e.checks.gsm8k_lmeval SPEC.json", file=sys.stderr)
@@ -176,8 +208,7 @@ def main(argv: list[str]) -> int:
         outcome = evaluate(spec)
     except BaseException as exc:
         logger.exception("lm-eval run failed")
-        detail = " ".join(f"{type(exc).__name__}: {exc}".split())
-        print(f"{ERROR} {detail[:2000]}", flush=True)
+        print(f"{ERROR} {failure_detail(exc)[:2000]}", flush=True)
         return 1
     print(f"{DONE} {json.dumps(outcome)}", flush=True)
     return 0
