@@ -88,7 +88,7 @@ class FakeOpenAI:
         answers: Mapping[str, str] | Callable[[str], str | None],
         *,
         fail_status: int | None = None,
-        fail_message: str = "injected",
+        fail_message: str = "injected failure",
         delay_s: float = 0.0,
         hold_for: int | None = None,
     ) -> None:

@@ -167,36 +167,65 @@ def _newest(directory: Path, pattern: str) -> str | None:
     return str(found[-1]) if found else None
 
 
-def failure_detail(exc: BaseException) -> str:
+class ServerReasons(logging.Handler):
+    """Keeps the last error body lm-eval logged before raising.
+
+    lm-eval's concurrent (aiohttp) path reads the refused response's body,
+    logs it and raises an error that carries only the status; this handler
+    keeps that body so the failure can say why the server refused.
+    """
+
+    MARKERS = ("Response text: ", "error message: ")
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.last = ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        for marker in self.MARKERS:
+            if marker in text:
+                body = text.split(marker, 1)[1].removesuffix(". Retrying...")
+                self.last = server_message(body)
+                return
+
+
+def failure_detail(exc: BaseException, logged: str = "") -> str:
     """One line: the exception and, for an HTTP error, what the server said.
 
-    ``requests`` puts only the status in the message; the reason a vLLM
+    The HTTP client puts only the status in its message; the reason a vLLM
     server refused a request (a prompt longer than ``--max-model-len``, an
-    unknown model name) is in the response body.
+    unknown model name) is in the response body: read from the exception's
+    response when it has one, else the body lm-eval logged (``logged``).
     """
     detail = f"{type(exc).__name__}: {exc}"
     response = getattr(exc, "response", None)
-    said = _server_message(response) if response is not None else ""
+    said = server_message(_body(response)) if response is not None else ""
+    said = said or logged
     if said:
         detail += f"; the server said: {said}"
     return " ".join(detail.split())
 
 
-def _server_message(response: Any) -> str:
+def _body(response: Any) -> str:
     try:
-        text = str(response.text)
+        return str(response.text)
     except Exception:  # a response whose body cannot be read says nothing more
         return ""
+
+
+def server_message(body: str) -> str:
+    """The message of an OpenAI-style error body, else the body's start."""
     try:
-        body = json.loads(text)
+        parsed = json.loads(body)
     except ValueError:
-        return text[:500]
-    error = body.get("error") if isinstance(body, dict) else None
+        return body[:500]
+    error = parsed.get("error") if isinstance(parsed, dict) else None
     if isinstance(error, dict) and error.get("message"):
         return str(error["message"])
-    if isinstance(body, dict) and body.get("detail"):
-        return str(body["detail"])
-    return text[:500]
+    if isinstance(parsed, dict) and parsed.get("detail"):
+        return str(parsed["detail"])
+    return body[:500]
 
 
 def main(argv: list[str]) -> int:
@@ -204,11 +233,13 @@ def main(argv: list[str]) -> int:
         print("usage: python -m afd_e2e.checks.gsm8k_lmeval SPEC.json", file=sys.stderr)
         return 2
     spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    reasons = ServerReasons()
+    logging.getLogger("lm_eval").addHandler(reasons)
     try:
         outcome = evaluate(spec)
     except BaseException as exc:
         logger.exception("lm-eval run failed")
-        print(f"{ERROR} {failure_detail(exc)[:2000]}", flush=True)
+        print(f"{ERROR} {failure_detail(exc, reasons.last)[:2000]}", flush=True)
         return 1
     print(f"{DONE} {json.dumps(outcome)}", flush=True)
     return 0
