@@ -24,9 +24,9 @@ DEFAULT_ROOT_ENV = "AFD_E2E_MODELS"
 SEED = 1234
 VOCAB_SIZE = 512
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>")
-# Context length. The real GSM8K data with 2 few-shot examples needs up to
-# about 3,040 prompt tokens with this tokenizer (~0.73 tokens per character),
-# so 1,024 refused some prompts; 4,096 holds them plus the generated answer.
+# Context length. A request on the real GSM8K data with 2 few-shot examples
+# and 32 generated tokens needs up to about 3,070 tokens with this tokenizer
+# (benchmarks/gsm8k_prompt_length.py: 0.75 of 4,096), so 1,024 refused some.
 CONTEXT_TOKENS = 4096
 
 # Model configs by architecture. DeepSeek-V2 keeps real MLA shapes because the

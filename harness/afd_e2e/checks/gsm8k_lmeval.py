@@ -170,9 +170,10 @@ def _newest(directory: Path, pattern: str) -> str | None:
 class ServerReasons(logging.Handler):
     """Keeps the last error body lm-eval logged before raising.
 
-    lm-eval's concurrent (aiohttp) path reads the refused response's body,
-    logs it and raises an error that carries only the status; this handler
-    keeps that body so the failure can say why the server refused.
+    Both of lm-eval's HTTP clients (``requests`` one at a time, ``aiohttp``
+    when concurrent) log a refused response's body and then raise an error
+    that carries only the status; the body says why the server refused (a
+    prompt longer than ``--max-model-len``, an unknown model name).
     """
 
     MARKERS = ("Response text: ", "error message: ")
@@ -190,30 +191,6 @@ class ServerReasons(logging.Handler):
                 return
 
 
-def failure_detail(exc: BaseException, logged: str = "") -> str:
-    """One line: the exception and, for an HTTP error, what the server said.
-
-    The HTTP client puts only the status in its message; the reason a vLLM
-    server refused a request (a prompt longer than ``--max-model-len``, an
-    unknown model name) is in the response body: read from the exception's
-    response when it has one, else the body lm-eval logged (``logged``).
-    """
-    detail = f"{type(exc).__name__}: {exc}"
-    response = getattr(exc, "response", None)
-    said = server_message(_body(response)) if response is not None else ""
-    said = said or logged
-    if said:
-        detail += f"; the server said: {said}"
-    return " ".join(detail.split())
-
-
-def _body(response: Any) -> str:
-    try:
-        return str(response.text)
-    except Exception:  # a response whose body cannot be read says nothing more
-        return ""
-
-
 def server_message(body: str) -> str:
     """The message of an OpenAI-style error body, else the body's start."""
     try:
@@ -226,6 +203,14 @@ def server_message(body: str) -> str:
     if isinstance(parsed, dict) and parsed.get("detail"):
         return str(parsed["detail"])
     return body[:500]
+
+
+def failure_detail(exc: BaseException, server_said: str) -> str:
+    """One line: the exception and what the server last said, if anything."""
+    detail = f"{type(exc).__name__}: {exc}"
+    if server_said:
+        detail += f"; the server said: {server_said}"
+    return " ".join(detail.split())
 
 
 def main(argv: list[str]) -> int:

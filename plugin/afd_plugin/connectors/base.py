@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -50,13 +51,14 @@ class ExchangeSpec:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def __post_init__(self) -> None:
-        # Looked up per layer and step on the data path: index it once.
-        object.__setattr__(self, "_by_layer", {x.layer: x for x in self.layers})
+    @cached_property
+    def by_layer(self) -> dict[int, LayerExchange]:
+        """The layers by index: looked up per layer and step on the data path."""
+        return {x.layer: x for x in self.layers}
 
     def layer(self, index: int) -> LayerExchange:
         try:
-            return self._by_layer[index]  # type: ignore[attr-defined]
+            return self.by_layer[index]
         except KeyError:
             raise KeyError(f"layer {index} is not part of the AFD exchange") from None
 
@@ -67,8 +69,7 @@ class ExchangeSpec:
             for name in ("hidden_size", "dtype", "router_dtype", "stages")
             if getattr(self, name) != getattr(other, name)
         ]
-        mine = {x.layer: x for x in self.layers}
-        theirs = {x.layer: x for x in other.layers}
+        mine, theirs = self.by_layer, other.by_layer
         if set(mine) != set(theirs):
             out.append(f"layers: {sorted(mine)} != {sorted(theirs)}")
         for index in sorted(set(mine) & set(theirs)):

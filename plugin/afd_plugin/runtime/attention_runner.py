@@ -23,7 +23,7 @@ from afd_plugin.runtime.metadata import (
     has_metadata,
     install_metadata,
 )
-from afd_plugin.runtime.role import refuse_unsupported_features
+from afd_plugin.runtime.role import AFDRoleRunnerMixin
 from afd_plugin.runtime.step_payload import (
     GRAPH_KINDS,
     MARKED_KINDS,
@@ -35,11 +35,9 @@ from afd_plugin.runtime.step_payload import (
 from afd_plugin.topology import attention_block, ffn_rank_for_attention
 
 if TYPE_CHECKING:
-    import torch
     from torch import nn
     from vllm.config import VllmConfig
 
-    from afd_plugin.connectors.base import AFDConnector
     from afd_plugin.wire import AFDControlPayload
 
 logger = logging.getLogger("afd_plugin")
@@ -76,22 +74,15 @@ class AFDStepEntry:
         return inner.unwrap() if hasattr(inner, "unwrap") else inner
 
 
-class AFDAttentionRunnerMixin:
+class AFDAttentionRunnerMixin(AFDRoleRunnerMixin):
     """State and hooks the attention runner adds to vLLM's runner."""
 
+    afd_role = "attention"
     vllm_config: VllmConfig
-    afd_connector: AFDConnector
     _afd_step_kind: str = "eager"
     _afd_capturing: bool = False
     _afd_payloads: tuple[AFDControlPayload, ...] = ()
     _afd_steps: int = 0
-
-    def __init__(
-        self, vllm_config: VllmConfig, device: torch.device, connector: AFDConnector
-    ) -> None:
-        super().__init__(vllm_config, device)  # type: ignore[call-arg]
-        refuse_unsupported_features(self, "attention")
-        self.afd_connector = connector
 
     def afd_finish_load(self, model: nn.Module) -> None:
         """Call at the very end of ``load_model`` (AFD-I3), after any graph or

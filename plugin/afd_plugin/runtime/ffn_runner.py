@@ -17,12 +17,11 @@ from afd_plugin.models.role_model import FFN_REFUSAL
 from afd_plugin.runtime.ffn_daemon import FFNBranch
 from afd_plugin.runtime.ffn_serve import serve_ffn_step
 from afd_plugin.runtime.metadata import AFDForwardMetadata, install_metadata
-from afd_plugin.runtime.role import refuse_unsupported_features
+from afd_plugin.runtime.role import AFDRoleRunnerMixin
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
 
-    from afd_plugin.connectors.base import AFDConnector
     from afd_plugin.models.role_model import FFNRoleModel
     from afd_plugin.runtime.ffn_graphs import FFNGraphCache
     from afd_plugin.wire import AFDControlPayload
@@ -30,21 +29,14 @@ if TYPE_CHECKING:
 logger = logging.getLogger("afd_plugin")
 
 
-class AFDFFNRunnerMixin:
+class AFDFFNRunnerMixin(AFDRoleRunnerMixin):
     """What the FFN runner adds: the step the daemon serves."""
 
+    afd_role = "ffn"
     vllm_config: VllmConfig
-    afd_connector: AFDConnector
     model: FFNRoleModel
     afd_graphs: FFNGraphCache | None = None
     """Set by runners whose platform captures FFN graphs (CUDA)."""
-
-    def __init__(
-        self, vllm_config: VllmConfig, device: torch.device, connector: AFDConnector
-    ) -> None:
-        super().__init__(vllm_config, device)  # type: ignore[call-arg]
-        refuse_unsupported_features(self, "ffn")
-        self.afd_connector = connector
 
     def afd_device(self) -> torch.device:
         return torch.device("cpu")

@@ -7,7 +7,7 @@ Shared by the config patch and the role workers of every platform.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from afd_plugin.config import AFDConfig, parse_afd_config
 from afd_plugin.connectors.registry import AFDConnectorFactory
@@ -15,6 +15,7 @@ from afd_plugin.topology import role_rank
 from afd_plugin.validation import Deployment, validate_deployment
 
 if TYPE_CHECKING:
+    import torch
     from vllm.config import VllmConfig
 
     from afd_plugin.connectors.base import AFDConnector
@@ -111,13 +112,27 @@ def this_role_rank(vllm_config: VllmConfig) -> int:
     )
 
 
-def refuse_unsupported_features(runner: Any, role: str) -> None:
-    """What no AFD role runner supports, on any platform: LoRA and
-    speculative decoding (the layers are split across servers)."""
-    if runner.lora_config:
-        raise ValueError(f"AFD {role} role: LoRA is not supported")
-    if runner.speculative_config is not None:
-        raise ValueError(f"AFD {role} role: speculative decoding is not supported")
+class AFDRoleRunnerMixin:
+    """Mixed in before a platform's vLLM model runner by both roles' runner
+    mixins: takes the connector, and refuses what no AFD role runner supports
+    on any platform, LoRA and speculative decoding (the layers are split
+    across servers)."""
+
+    afd_role: str
+    """``attention`` or ``ffn``, set by each role's runner mixin."""
+    afd_connector: AFDConnector
+
+    def __init__(
+        self, vllm_config: VllmConfig, device: torch.device, connector: AFDConnector
+    ) -> None:
+        super().__init__(vllm_config, device)  # type: ignore[call-arg]
+        if self.lora_config:  # type: ignore[attr-defined]
+            raise ValueError(f"AFD {self.afd_role} role: LoRA is not supported")
+        if self.speculative_config is not None:  # type: ignore[attr-defined]
+            raise ValueError(
+                f"AFD {self.afd_role} role: speculative decoding is not supported"
+            )
+        self.afd_connector = connector
 
 
 def build_connector(afd: AFDConfig, rank: int) -> AFDConnector:

@@ -14,7 +14,7 @@ from afd_plugin.config import AFDConfig
 from afd_plugin.errors import AFDConfigError, FieldError
 from afd_plugin.patches import require_patches
 from afd_plugin.runtime.ffn_daemon import FFNDaemon
-from afd_plugin.runtime.role import require_afd_config
+from afd_plugin.runtime.role import build_connector, require_afd_config, this_role_rank
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -47,11 +47,26 @@ def check_role_worker(vllm_config: VllmConfig, role: str, worker: str) -> AFDCon
 
 
 class AFDRoleWorkerMixin:
-    """Mixed in before a platform's vLLM worker: owns the connector (and, on
-    the FFN role, the daemon) and releases them at shutdown."""
+    """Mixed in before a platform's vLLM worker: checks the role before vLLM's
+    worker set-up, owns the connector (and, on the FFN role, the daemon) and
+    releases them at shutdown."""
 
+    afd_role: str
+    """``attention`` or ``ffn``, set by each role's worker."""
     afd_connector: AFDConnector | None = None
     afd_daemon: FFNDaemon | None = None
+    vllm_config: VllmConfig
+
+    def __init__(self, vllm_config: VllmConfig, *args: Any, **kwargs: Any) -> None:
+        # Every check that can fail runs before vLLM's worker set-up.
+        self.afd = check_role_worker(vllm_config, self.afd_role, type(self).__name__)
+        super().__init__(vllm_config, *args, **kwargs)  # type: ignore[call-arg]
+
+    def afd_build_connector(self) -> AFDConnector:
+        """This rank's connector, constructed (light: no groups, no sockets)
+        once vLLM's distributed state gives the rank."""
+        self.afd_connector = build_connector(self.afd, this_role_rank(self.vllm_config))
+        return self.afd_connector
 
     def shutdown(self) -> None:
         if self.afd_daemon is not None:
@@ -68,6 +83,7 @@ class AFDFFNWorkerMixin(AFDRoleWorkerMixin):
     """The FFN role's worker: no KV cache, no scheduler work; after the empty
     KV-cache set-up it meets the attention ranks and starts the daemon."""
 
+    afd_role = "ffn"
     model_runner: Any
 
     def initialize_from_config(self, kv_cache_config: KVCacheConfig) -> None:

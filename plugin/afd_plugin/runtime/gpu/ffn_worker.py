@@ -10,24 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm.config import VllmConfig
 from vllm.v1.worker.gpu_worker import Worker
 from vllm.v1.worker.worker_base import CompilationTimes
 
-from afd_plugin.runtime.role import build_connector, this_role_rank
-from afd_plugin.runtime.role_worker import AFDFFNWorkerMixin, check_role_worker
+from afd_plugin.runtime.role_worker import AFDFFNWorkerMixin
 
 
 class AFDFFNGPUWorker(AFDFFNWorkerMixin, Worker):
     """FFN role: the blocks of every layer, served by a daemon thread."""
 
-    def __init__(self, vllm_config: VllmConfig, *args: Any, **kwargs: Any) -> None:
-        # Every check that can fail runs before vLLM's worker set-up.
-        self.afd = check_role_worker(vllm_config, "ffn", type(self).__name__)
-        super().__init__(vllm_config, *args, **kwargs)
-
     def _make_model_runner(self) -> Any:
-        self.afd_connector = build_connector(self.afd, this_role_rank(self.vllm_config))
+        connector = self.afd_build_connector()
         if self.use_v2_model_runner:
             from afd_plugin.runtime.gpu.model_runners_v2 import (
                 AFDFFNGPUModelRunnerV2 as runner_cls,
@@ -36,7 +29,7 @@ class AFDFFNGPUWorker(AFDFFNWorkerMixin, Worker):
             from afd_plugin.runtime.gpu.model_runners import (
                 AFDFFNGPUModelRunner as runner_cls,
             )
-        return runner_cls(self.vllm_config, self.device, self.afd_connector)
+        return runner_cls(self.vllm_config, self.device, connector)
 
     def compile_or_warm_up_model(self) -> CompilationTimes:
         """Nothing of vLLM's: the attention side's warm-up and capture steps
