@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Requests per second the GSM8K runner sustains, as a ratio to a bare HTTP loop.
 
 Both drive the same instant fake completions server at the same concurrency with

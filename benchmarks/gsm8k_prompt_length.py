@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """GSM8K prompt lengths in the tiny models' tokens, as a ratio to their context.
 
 lm-eval's gsm8k task writes each item as ``Question: <q>\\nAnswer: <a>`` and
@@ -23,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from afd_e2e.checks.gsm8k_data import Gsm8kDataError, resolve_data
+from afd_e2e.checks.gsm8k.data import Gsm8kDataError, resolve_data
 from afd_e2e.tiny_model import ARCHS, CONTEXT_TOKENS, build_tiny_model
 
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Cost of importing the plugin's pure core, as a ratio to a bare interpreter.
 
 Both are measured in the same run, interleaved, median of N fresh processes.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Lint time for 1,000 generated scenarios and their CI lists, as a ratio to
 loading the same YAML files alone (measured in the same run).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """afd-e2e: the end-to-end harness of afd-plugin.
 
 Imports only the plugin's pure core; never torch or vLLM.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """All scenarios of a repository: discovery, resolution and validation.
 
 ``Catalogue.load(root)`` reads ``scenarios/*/*.yaml`` once; ids are file names.

@@ -1,6 +1,8 @@
+# SPDX-License-Identifier: Apache-2.0
 """The ``afd-e2e`` command line: one subcommand per module in ``commands/``.
 
-Subcommand modules are imported only when chosen, so ``--help`` stays fast.
+Only the chosen subcommand's module is imported (to add its arguments and run
+it); the top-level ``--help`` imports none, so it stays fast.
 """
 
 from __future__ import annotations
@@ -36,7 +38,12 @@ def _available(name: str) -> bool:
     return importlib.util.find_spec(_module(name)) is not None
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for ``argv`` (default ``sys.argv[1:]``, as argparse's).
+
+    Every subcommand is listed; only the one ``argv`` names gets its arguments.
+    """
+    chosen = _chosen(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(
         prog="afd-e2e",
         description="End-to-end harness for afd-plugin: scenarios, CI gates, "
@@ -50,15 +57,21 @@ def build_parser() -> argparse.ArgumentParser:
             help=help_text if available else f"{help_text} (not yet available)",
             description=help_text,
         )
-        if available:
-            importlib.import_module(_module(name)).add_arguments(sub_parser)
-        else:
+        if not available:
             sub_parser.add_argument("rest", nargs=argparse.REMAINDER)
+        elif name == chosen:
+            importlib.import_module(_module(name)).add_arguments(sub_parser)
     return parser
 
 
+def _chosen(argv: Sequence[str]) -> str | None:
+    """The subcommand argparse will pick: the top level takes only ``-h``, so it
+    is the first argument that is not an option."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A scenario seen through the plugin's eyes: per-role AFD config and Deployment.
 
 The launcher builds ``--additional-config`` from here and the linter validates

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Generated documentation tables and the markers that delimit them.
 
 Each table is derived from code (connector registry, model support, config
@@ -16,7 +17,6 @@ from afd_plugin.config import ALIASES, AFDConfig
 from afd_plugin.connectors.registry import AFDConnectorFactory
 from afd_plugin.graph_policy import allowed_graph_modes
 from afd_plugin.model_support import MODEL_FAMILIES
-from afd_plugin.models import ROLE_MODELS
 
 # Platforms whose runtime this repository's own CI runs end to end
 # (`tox -e e2e`); every other implemented path awaits a hardware run.
@@ -90,7 +90,7 @@ def model_table() -> str:
             _code(fam.architectures),
             ", ".join(fam.platforms),
             "either side" if fam.gate_on_attention else "FFN only",
-            _code(a for a in fam.architectures if a in ROLE_MODELS) or "not yet",
+            _code(a for a in fam.architectures if fam.in_build(a)) or "not yet",
             fam.notes,
         ]
         for fam in MODEL_FAMILIES

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """CI gate lists under ``ci/``: reading them, rendering them from scenario
 tiers, and the linter that keeps them symmetric and honest (AFD-I12)."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """SIGINT/SIGTERM during a run: the first raises Interrupted, or waits while shielded.
 
 Also owns the terminal lock, since the signal handler prints through it.

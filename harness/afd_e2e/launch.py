@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Scenario -> launch plan: per-role argv, environment, ports, start order and
 run directory. Pure planning; nothing starts here (``afd-e2e run --dry-run``)."""
 

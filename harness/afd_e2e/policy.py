@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Gate policy constants of AFD-I12, defined once for scenarios, lint and run.
 
 The marker-scan teardown exception and the GSM8K floors live only here.

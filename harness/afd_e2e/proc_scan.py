@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Finding a run's processes: pidfd handles, process trees, /proc marker scans.
 
 Each pid is pinned by pidfd_open before it is read: a recycled pid is never hit.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Locating the repository the harness works on (scenarios, ci, docs).
 
 Commands default to the nearest directory above the working directory that

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Results of one run: the outcome rule, results.json, JUnit XML, terminal summary.
 
 Exit codes: interrupted 130 > teardown failed 3 > check failed 1 > passed 0.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Scenario rules: the plugin's validator for each role plus the harness gates
 of AFD-I12 (PR size and shape, DBO floors, the marker-scan allowlist)."""
 
@@ -7,7 +8,7 @@ from afd_e2e import policy
 from afd_e2e.deployment import ROLES, afd_config, deployment
 from afd_e2e.scenario import LoadedScenario, Scenario
 from afd_e2e.yamlpos import Located
-from afd_plugin.errors import AFDConfigError
+from afd_plugin.errors import AFDConfigError, FieldError
 from afd_plugin.validation import check_deployment
 
 # Plugin error paths -> the scenario field a user edits.
@@ -36,24 +37,56 @@ def _scenario_path(plugin_path: str, role: str) -> tuple[str, ...]:
     return ()
 
 
-def plugin_errors(loaded: LoadedScenario, s: Scenario) -> list[Located]:
-    """Ask the plugin's one validator about both roles, exactly as servers do."""
+def _plugin_problems(s: Scenario) -> list[tuple[str, FieldError]]:
+    """(role, problem) from the plugin's one validator, both roles, exactly as
+    the servers will ask it."""
     if not s.afd:
         return []
-    out: list[Located] = []
-    seen: set[str] = set()
+    out = []
     for role in ROLES:
         try:
             problems = check_deployment(afd_config(s, role), deployment(s, role))
         except AFDConfigError as exc:
             problems = list(exc.errors)
-        for problem in problems:
-            text = f"{problem.path}: {problem.message}"
-            if text in seen:
-                continue
-            seen.add(text)
-            message = f"[{role} role] {problem.message} (plugin: {problem.path})"
-            out.append(loaded.error(_scenario_path(problem.path, role), message))
+        out += [(role, p) for p in problems]
+    return out
+
+
+def build_gaps(s: Scenario) -> list[str]:
+    """What this build lacks to run ``s`` (the plugin's "not in this build"
+    answers), one line each, without repeats."""
+    seen: dict[str, None] = {}
+    for _, problem in _plugin_problems(s):
+        if problem.not_in_build:
+            seen.setdefault(str(problem), None)
+    return list(seen)
+
+
+def plugin_errors(loaded: LoadedScenario, s: Scenario) -> list[Located]:
+    """The plugin validator's answers as located scenario errors. A scenario
+    that ``awaits`` an implementation may lack one; it may not lack nothing."""
+    out: list[Located] = []
+    seen: set[str] = set()
+    problems = _plugin_problems(s)
+    if s.awaits is not None and not any(p.not_in_build for _, p in problems):
+        out.append(
+            loaded.error(
+                ("awaits",),
+                "this build holds everything the scenario needs; remove awaits "
+                f"({s.awaits!r}) so that it runs",
+            )
+        )
+    for role, problem in problems:
+        if problem.not_in_build and s.awaits is not None:
+            continue
+        text = f"{problem.path}: {problem.message}"
+        if text in seen:
+            continue
+        seen.add(text)
+        message = f"[{role} role] {problem.message} (plugin: {problem.path})"
+        if problem.not_in_build:
+            message += "; set awaits: <what is missing> until it lands"
+        out.append(loaded.error(_scenario_path(problem.path, role), message))
     return out
 
 

@@ -1,15 +1,17 @@
+# SPDX-License-Identifier: Apache-2.0
 """Executes a launch plan: start every role, wait until they serve, run the
 scenario's checks, tear down under the SIGKILL policy and write the results."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from afd_e2e.checks.evidence import check_dual_ubatch, mark_logs
 from afd_e2e.checks.parity import PROMPTS, ParityError, compare, greedy_tokens
 from afd_e2e.launch import LaunchPlan
 from afd_e2e.procs import (
@@ -29,6 +31,16 @@ from afd_e2e.report import (
     write_results_json,
 )
 from afd_e2e.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How ``execute`` reports and ends; ``afd-e2e run`` builds it from its flags."""
+
+    json: bool = False
+    """Print the results as JSON on stdout and do not echo role logs to stderr."""
+    keep_running: bool = False
+    """After the checks, keep the roles serving until Ctrl-C."""
 
 
 def _parity(plan: LaunchPlan, scenario: Scenario) -> CheckResult:
@@ -66,7 +78,7 @@ def _parity(plan: LaunchPlan, scenario: Scenario) -> CheckResult:
 
 def _gsm8k_data(plan: LaunchPlan, scenario: Scenario) -> Path | None:
     """The real data when given; generated items for CPU scenarios otherwise."""
-    from afd_e2e.checks.gsm8k_items import write_items
+    from afd_e2e.checks.gsm8k.items import write_items
     from afd_e2e.policy import GSM8K_DATA_ENV
 
     spec = scenario.checks.gsm8k
@@ -80,7 +92,6 @@ def _gsm8k(
     plan: LaunchPlan, scenario: Scenario, procs: ProcessManager
 ) -> list[CheckResult]:
     from afd_e2e.checks.answer_agreement import compare_runs
-    from afd_e2e.checks.evidence import check_dual_ubatch, mark_logs
     from afd_e2e.checks.gsm8k import Gsm8kRequest, run_gsm8k
 
     spec = scenario.checks.gsm8k
@@ -102,8 +113,6 @@ def _gsm8k(
             timeout_s=scenario.timeouts.checks_s,
         )
 
-    logs = [plan.run_dir / f"{r.name}.log" for r in plan.roles if r.role != "baseline"]
-    marks = mark_logs(logs)
     start = time.monotonic()
     result = run_gsm8k(request(plan.api.base_url, "gsm8k"))
     checks = [
@@ -121,16 +130,6 @@ def _gsm8k(
         )
     ]
     procs.check_alive("the GSM8K check")
-    if scenario.checks.dual_ubatch_evidence:
-        evidence = check_dual_ubatch(marks)
-        checks.append(
-            CheckResult(
-                "dual_ubatch_evidence",
-                evidence.passed,
-                evidence.message,
-                dict(evidence.counts),
-            )
-        )
     baseline = plan.role("baseline")
     if baseline is not None:
         start = time.monotonic()
@@ -152,7 +151,24 @@ def _gsm8k(
     return checks
 
 
-def execute(plan: LaunchPlan, scenario: Scenario, args: argparse.Namespace) -> int:
+def _mark_afd_logs(plan: LaunchPlan) -> dict[Path, int]:
+    """Byte offsets of the AFD roles' logs now; the baseline's is not evidence."""
+    return mark_logs(
+        plan.run_dir / f"{r.name}.log" for r in plan.roles if r.role != "baseline"
+    )
+
+
+def _dual_ubatch(marks: dict[Path, int]) -> CheckResult:
+    evidence = check_dual_ubatch(marks)
+    return CheckResult(
+        "dual_ubatch_evidence",
+        evidence.passed,
+        evidence.message,
+        dict(evidence.counts),
+    )
+
+
+def execute(plan: LaunchPlan, scenario: Scenario, options: RunOptions) -> int:
     """Run the plan; the exit code follows ``report.Outcome``."""
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     timings = Timings(started_at=time.time())
@@ -168,7 +184,7 @@ def execute(plan: LaunchPlan, scenario: Scenario, args: argparse.Namespace) -> i
         scenario_id=plan.scenario_id,
         marker_scan=scenario.teardown.sigkill == "marker-scan",
         grace_s=scenario.timeouts.teardown_grace_s,
-        echo=not args.json,
+        echo=not options.json,
     )
     with InterruptGuard() as guard:
         try:
@@ -190,13 +206,19 @@ def execute(plan: LaunchPlan, scenario: Scenario, args: argparse.Namespace) -> i
             )
             timings.ready_s = time.monotonic() - t1
             t2 = time.monotonic()
+            # Marked before any check drives traffic; judged after all of them.
+            marks = (
+                _mark_afd_logs(plan) if scenario.checks.dual_ubatch_evidence else None
+            )
             if scenario.checks.parity is not None:
                 report.checks.append(_parity(plan, scenario))
                 procs.check_alive("the parity check")
             if scenario.checks.gsm8k is not None:
                 report.checks += _gsm8k(plan, scenario, procs)
+            if marks is not None:
+                report.checks.append(_dual_ubatch(marks))
             timings.checks_s = time.monotonic() - t2
-            if args.keep_running:
+            if options.keep_running:
                 endpoints = ", ".join(f"{r.name} {r.base_url}" for r in plan.roles)
                 print(f"serving: {endpoints}; Ctrl-C to stop", file=sys.stderr)
                 while True:
@@ -217,6 +239,6 @@ def execute(plan: LaunchPlan, scenario: Scenario, args: argparse.Namespace) -> i
     # The table is for people (stderr, always); --json is for programs (stdout).
     print(summary_table(report), file=sys.stderr)
     print(f"results: {Path(plan.run_dir) / 'results.json'}", file=sys.stderr)
-    if args.json:
+    if options.json:
         print(json.dumps(report.to_dict(), indent=2))
     return report.outcome.exit_code

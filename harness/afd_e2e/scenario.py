@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Scenario files: the schema, strict loading with positions, and ``extends``.
 
 A scenario id is its file name (``scenarios/<backend>/<id>.yaml``) and is
@@ -175,7 +176,7 @@ class Timeouts(_Strict):
     startup_s: float = Field(default=900, gt=0)
     """From launch until the attention API answers."""
     checks_s: float = Field(default=3600, gt=0)
-    """All checks together."""
+    """Each GSM8K lm-eval run (AFD, then colocated) is killed after this long."""
     teardown_grace_s: float = Field(default=30, gt=0)
     """SIGTERM grace before SIGKILL."""
 
@@ -233,6 +234,11 @@ class Scenario(_Strict):
     """SIGKILL policy."""
     ports: Ports = Field(default_factory=Ports)
     """Pinned ports."""
+    awaits: str | None = Field(default=None, min_length=1)
+    """What this build still lacks for the case (a connector, the role workers
+    of a platform, a role-split model), in words. Set, the linter accepts the
+    plugin's "not in this build" answers and checks every other rule, and
+    fails once nothing is missing; ``afd-e2e run`` refuses the case."""
 
     @property
     def shape(self) -> str:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What a run's teardown did: the processes it signalled, killed or found leaked.
 
 Plain data; ``results.json`` carries it and a run fails when it is not ok.

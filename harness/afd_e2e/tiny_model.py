@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Tiny DeepSeek-V2 and Qwen3-MoE checkpoints built locally, never downloaded.
 
 Random weights from fixed seeds plus a small BPE tokenizer trained on embedded

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Strict YAML reading that remembers where every value came from.
 
 Duplicate keys are errors (PyYAML would keep the last one silently), and each

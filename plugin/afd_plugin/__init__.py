@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """afd-plugin: Attention-FFN Disaggregation for vLLM.
 
 ``register()`` is the ``vllm.general_plugins`` entry point; importing this

@@ -1,6 +1,8 @@
+# SPDX-License-Identifier: Apache-2.0
 """The AFD configuration, read only from ``additional_config["afd"]``.
 
-Owns the common fields, their aliases and the connector-name whitelist (AFD-I1).
+Owns the common fields, their aliases and the connector-name whitelist (AFD-I1);
+a parsed config carries its connector's parsed extra config.
 """
 
 from __future__ import annotations
@@ -9,7 +11,14 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    model_validator,
+)
 
 from afd_plugin.connectors.registry import AFDConnectorFactory
 from afd_plugin.errors import AFDConfigError, FieldError, describe, from_pydantic
@@ -72,6 +81,23 @@ class AFDConfig(BaseModel):
     allow_unsupported_vllm_version: bool = False
     """Start even when the installed vLLM is not the release the plugin targets."""
 
+    _extra: Any = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _parse_extra(self) -> AFDConfig:
+        # The one parse of connector_extra_config against the connector's
+        # closed schema; raises AFDConfigError (a ValueError) naming each field.
+        self._extra = AFDConnectorFactory.parse_extra_config(
+            self.connector, self.connector_extra_config
+        )
+        return self
+
+    @property
+    def extra(self) -> Any:
+        """``connector_extra_config`` parsed by the connector's closed schema
+        (a frozen model of ``connectors/<backend>/schema.py``)."""
+        return self._extra
+
     @property
     def is_attention(self) -> bool:
         return self.role == "attention"
@@ -128,19 +154,35 @@ def parse_afd_config(additional_config: Mapping[str, Any] | None) -> AFDConfig |
             [FieldError(CONFIG_PATH, f"must be a mapping, got {describe(raw)}")]
         )
     data, errors = _apply_aliases(raw)
-    config: AFDConfig | None = None
     try:
         config = AFDConfig.model_validate(data)
     except ValidationError as exc:
-        errors += from_pydantic(exc, CONFIG_PATH, FIELD_NAMES + tuple(ALIASES))
-    connector = data.get("connector")
-    extra = data.get("connector_extra_config", {})
-    if connector in ALLOWED_CONNECTORS and isinstance(extra, Mapping):
-        try:
-            AFDConnectorFactory.parse_extra_config(connector, extra)
-        except AFDConfigError as exc:
-            errors += exc.errors
+        errors += _errors_of(exc, data)
+        raise AFDConfigError(errors) from None
     if errors:
         raise AFDConfigError(errors)
-    assert config is not None
     return config
+
+
+def _errors_of(exc: ValidationError, data: Mapping[str, Any]) -> list[FieldError]:
+    """Field errors of a failed parse: the common fields' and the extra
+    config's. When a common field failed, the extra config was not parsed
+    (pydantic skips the model validator), so it is checked here to list every
+    problem at once."""
+    errors: list[FieldError] = []
+    common = []
+    for entry in exc.errors(include_url=False):
+        cause = entry.get("ctx", {}).get("error")
+        if isinstance(cause, AFDConfigError):
+            errors += cause.errors
+        else:
+            common.append(entry)
+    errors += from_pydantic(common, CONFIG_PATH, FIELD_NAMES + tuple(ALIASES))
+    connector = data.get("connector")
+    extra = data.get("connector_extra_config", {})
+    if common and connector in ALLOWED_CONNECTORS and isinstance(extra, Mapping):
+        try:
+            AFDConnectorFactory.parse_extra_config(connector, extra)
+        except AFDConfigError as schema_exc:
+            errors += schema_exc.errors
+    return errors

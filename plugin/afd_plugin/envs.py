@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every environment variable the plugin reads, with its type and meaning.
 
 Configuration belongs in ``additional_config["afd"]``; these are process knobs.
@@ -45,12 +46,6 @@ ENV_VARS: dict[str, EnvVar] = {
             _flag,
             False,
             "Make register() a no-op in this process (escape hatch for debugging).",
-        ),
-        EnvVar(
-            "AFD_BUILD_ASCEND_OPS",
-            str,
-            "auto",
-            "Build the Ascend ops in csrc/npu at install: 1, 0 or auto-detect.",
         ),
     )
 }

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Error types of the pure core and the field-path formatting they share.
 
 Every user-facing error lists all problems at once, each naming its field path.
@@ -18,6 +19,9 @@ class FieldError:
 
     path: str
     message: str
+    not_in_build: bool = False
+    """The rules allow it, but this build lacks the implementation (a
+    connector, a role worker or a role-split model)."""
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}"
@@ -89,10 +93,23 @@ def pydantic_message(err: Mapping[str, Any], allowed_fields: Sequence[str] = ())
 
 
 def from_pydantic(
-    exc: ValidationError, prefix: str, allowed_fields: Sequence[str] = ()
+    exc: ValidationError | Iterable[Mapping[str, Any]],
+    prefix: str,
+    allowed_fields: Sequence[str] = (),
 ) -> list[FieldError]:
-    """Turn pydantic's errors into field errors with our paths and wording."""
+    """Turn pydantic's errors (an exception or its error entries) into field
+    errors with our paths and wording."""
+    entries = (
+        exc.errors(include_url=False) if isinstance(exc, ValidationError) else exc
+    )
     return [
         FieldError(join_path(prefix, err["loc"]), pydantic_message(err, allowed_fields))
-        for err in exc.errors(include_url=False)
+        for err in entries
     ]
+
+
+FFN_REFUSAL = (
+    "this is an AFD ffn server: it runs only the FFN blocks for its attention "
+    "servers and serves no requests; send requests to the attention server"
+)
+"""What an FFN server answers to scheduler work and to text-generation calls."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The micro-batch evidence log contract: one line per step that really ran two.
 
 The runtime formats the record, the harness parses it; pure (no torch, no vLLM).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Graph-mode rules per platform and runner, and the FFN graph-cache key.
 
 Pure (AFD-I4): the harness and both roles ask the same questions here.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Role ranks, the attention->FFN mapping and the process-group layout.
 
 Pure functions: FFN ranks come first in the AFD world, attention ranks follow;
@@ -93,11 +94,3 @@ class WorldLayout:
         return self.global_rank(
             "ffn", ffn_rank_for_attention(rank, self.num_attention, self.num_ffn)
         )
-
-    def metadata_group(self, ffn_rank: int) -> tuple[int, ...]:
-        """Global ranks of one control-plane group: the FFN rank, then its block."""
-        block = attention_block(ffn_rank, self.num_attention, self.num_ffn)
-        return (ffn_rank, *(self.num_ffn + a for a in block))
-
-    def metadata_groups(self) -> tuple[tuple[int, ...], ...]:
-        return tuple(self.metadata_group(f) for f in range(self.num_ffn))

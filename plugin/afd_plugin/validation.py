@@ -1,20 +1,31 @@
+# SPDX-License-Identifier: Apache-2.0
 """The one deployment validator shared by both roles and the harness.
 
 ``validate_deployment`` enforces AFD-I7 (gate placement by connector x runner x
-model), AFD-I8 (model runner V2 pairing), graph modes per platform, DBO and the
-rank rules. Pure: no torch, no vLLM.
+model), AFD-I8 (model runner V2 pairing), graph modes per platform, DBO, the
+rank rules, and that this build holds the connector, the role workers and the
+role-split model. Pure: no torch, no vLLM.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Literal
 
 from afd_plugin.config import AFDConfig
 from afd_plugin.connectors.registry import AFDConnectorFactory, Platform
 from afd_plugin.errors import AFDConfigError, FieldError
 from afd_plugin.graph_policy import GRAPH_MODES, validate_cuda_graph_mode
-from afd_plugin.model_support import SUPPORTED_ARCHITECTURES, family_of
+from afd_plugin.model_support import (
+    BUILT_ARCHITECTURES,
+    SUPPORTED_ARCHITECTURES,
+    family_of,
+)
+from afd_plugin.worker_selection import (
+    AUTO_WORKERS,
+    worker_in_build,
+    worker_not_in_build,
+)
 
 ModelRunner = Literal["v1", "v2"]
 
@@ -53,6 +64,10 @@ def _e(errors: list[FieldError], path: str, message: str) -> None:
     errors.append(FieldError(path, message))
 
 
+def _absent(errors: list[FieldError], path: str, message: str) -> None:
+    errors.append(FieldError(path, message, not_in_build=True))
+
+
 def _check_deployment_shape(dep: Deployment, errors: list[FieldError]) -> None:
     for f in ("dp", "tp", "pp", "pcp", "dcp", "num_ubatches"):
         value = getattr(dep, f)
@@ -86,19 +101,29 @@ def _check_connector(cfg: AFDConfig, dep: Deployment, errors: list[FieldError]) 
             f"{cfg.connector} runs on {spec.platform}, not {dep.platform}; "
             f"use one of: {', '.join(others)}",
         )
-    try:
-        extra = AFDConnectorFactory.parse_extra_config(
-            cfg.connector, cfg.connector_extra_config
+    if not spec.implemented:
+        built = [s.name for s in AFDConnectorFactory.specs() if s.implemented]
+        _absent(
+            errors,
+            f"{AFD}.connector",
+            f"{cfg.connector} is not in this build (registered, implementation "
+            f"{spec.loader} absent); connectors in this build: {', '.join(built)}",
         )
-    except AFDConfigError as exc:
-        errors.extend(exc.errors)
-        extra = None
+    extra = cfg.extra
+    refusal = extra.graph_refusal() if dep.graph_mode != "eager" else None
+    if refusal is not None:
+        field, why = refusal
+        _e(
+            errors,
+            f"{AFD}.connector_extra_config.{field}",
+            f"{why}; graph mode {dep.graph_mode!r} is refused (run eager)",
+        )
     gate = cfg.compute_gate_on_attention
     gate_path = f"{AFD}.compute_gate_on_attention"
     if cfg.connector == "CAMP2pAFDConnector":
         if gate:
             _e(errors, gate_path, "must be false for CAMP2pAFDConnector")
-        if extra is not None and extra.compute_gate_on_attention:
+        if extra.compute_gate_on_attention:
             _e(
                 errors,
                 f"{AFD}.connector_extra_config.compute_gate_on_attention",
@@ -107,7 +132,7 @@ def _check_connector(cfg: AFDConfig, dep: Deployment, errors: list[FieldError]) 
     if cfg.connector == "CAMAsyncAFDConnector" and not gate:
         why = (
             " (async_moe_ubatching is on)"
-            if extra is not None and extra.async_moe_ubatching
+            if extra.async_moe_ubatching
             else ""
         )
         _e(errors, gate_path, f"must be true for CAMAsyncAFDConnector{why}")
@@ -130,6 +155,14 @@ def _check_model(cfg: AFDConfig, dep: Deployment, errors: list[FieldError]) -> N
             f"{DEP}.platform",
             f"{family.family} is supported on {', '.join(family.platforms)}, "
             f"not {dep.platform}",
+        )
+    elif not family.in_build(dep.architecture):
+        _absent(
+            errors,
+            f"{DEP}.architecture",
+            f"{dep.architecture!r} ({family.family}) is not in this build (no "
+            f"role-split model for it); this build splits: "
+            f"{', '.join(BUILT_ARCHITECTURES)}",
         )
     if cfg.compute_gate_on_attention and not family.gate_on_attention:
         _e(
@@ -213,12 +246,20 @@ def _check_dbo(
         )
 
 
+def _check_worker(cfg: AFDConfig, dep: Deployment, errors: list[FieldError]) -> None:
+    path = AUTO_WORKERS[(dep.platform, cfg.role)]
+    if not worker_in_build(path):
+        _absent(errors, f"{DEP}.platform", worker_not_in_build(path))
+
+
 def check_deployment(cfg: AFDConfig, dep: Deployment) -> list[FieldError]:
-    """Every problem of this (config, deployment) pair; empty when valid."""
+    """Every problem of this (config, deployment) pair; empty when valid.
+    Problems with ``not_in_build`` set are what this build lacks."""
     errors: list[FieldError] = []
     _check_deployment_shape(dep, errors)
     if errors:
         return errors
+    _check_worker(cfg, dep, errors)
     has_cp = _check_connector(cfg, dep, errors)
     _check_model(cfg, dep, errors)
     _check_ranks(cfg, dep, errors)
@@ -239,5 +280,3 @@ def validate_deployment(cfg: AFDConfig, dep: Deployment) -> None:
     if errors:
         raise AFDConfigError(errors)
 
-
-DEPLOYMENT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Deployment))

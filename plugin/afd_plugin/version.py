@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The vLLM release the runtime targets, and the check that refuses others.
 
 Pure: reads distribution metadata, never imports vLLM.

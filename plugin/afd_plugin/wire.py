@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The control-plane payload and its byte codec (AFD-I10).
 
 Primitives only, canonical JSON, strict bounded decoding; never pickle.
@@ -10,6 +11,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, fields
 from typing import Any
+
+from afd_plugin.step_kind import StepKind
 
 MAX_PAYLOAD_BYTES = 1 << 20
 """Upper bound of one encoded payload; a larger length is refused unread."""
@@ -43,6 +46,23 @@ class AFDControlPayload:
         problems = _check(self)
         if problems:
             raise AFDWireError("invalid control payload: " + "; ".join(problems))
+
+    @classmethod
+    def of_kind(
+        cls,
+        kind: StepKind,
+        stage_key: int,
+        token_counts: tuple[int, ...],
+        max_count: int,
+    ) -> AFDControlPayload:
+        """The payload of one stage of a ``kind`` step (its three wire flags)."""
+        is_graph, is_warmup, is_profile = StepKind(kind).flags
+        return cls(stage_key, token_counts, max_count, is_graph, is_warmup, is_profile)
+
+    @property
+    def kind(self) -> StepKind:
+        """The step kind the three flags name (checked at construction)."""
+        return StepKind.from_flags(self.is_graph, self.is_warmup, self.is_profile)
 
     @property
     def total_tokens(self) -> int:
@@ -81,9 +101,15 @@ def _check(p: AFDControlPayload) -> list[str]:
         problems.append(
             f"max_count {p.max_count} is below the largest token count {max(counts)}"
         )
-    for name in _BOOL_FIELDS:
-        if not isinstance(getattr(p, name), bool):
-            problems.append(f"{name} must be a bool, got {getattr(p, name)!r}")
+    flags = [getattr(p, name) for name in _BOOL_FIELDS]
+    for name, value in zip(_BOOL_FIELDS, flags, strict=True):
+        if not isinstance(value, bool):
+            problems.append(f"{name} must be a bool, got {value!r}")
+    if all(isinstance(f, bool) for f in flags):
+        try:
+            StepKind.from_flags(*flags)
+        except ValueError as exc:
+            problems.append(str(exc))
     return problems
 
 

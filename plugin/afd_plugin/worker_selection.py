@@ -1,10 +1,15 @@
-"""Which worker class an AFD role runs: ``worker_cls="auto"`` mapping (AFD-I11).
+# SPDX-License-Identifier: Apache-2.0
+"""Which worker class an AFD role runs: ``worker_cls="auto"`` mapping (AFD-I11),
+and which platforms' role workers this build holds.
 
 Pure: the config patch calls ``resolve_worker_cls`` after vLLM's platform has
-normalised the parallel config.
+normalised the parallel config; the validator asks ``platforms_in_build``.
 """
 
 from __future__ import annotations
+
+import importlib.util
+from functools import cache
 
 from afd_plugin.config import AFDConfig
 from afd_plugin.errors import AFDConfigError, FieldError
@@ -31,6 +36,36 @@ AFD_WORKERS: dict[str, frozenset[str]] = {
 WORKER_PATH = "parallel_config.worker_cls"
 
 
+@cache
+def worker_in_build(path: str) -> bool:
+    """Whether this build ships the module of worker class ``path`` (found
+    without importing it: no vLLM is loaded here)."""
+    module = path.rpartition(".")[0]
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is absent
+        return False
+
+
+def platforms_in_build() -> tuple[str, ...]:
+    """Platforms whose attention and FFN role workers are both in this build."""
+    platforms = dict.fromkeys(p for p, _ in AUTO_WORKERS)
+    return tuple(
+        p
+        for p in platforms
+        if all(worker_in_build(AUTO_WORKERS[(p, r)]) for r in ("attention", "ffn"))
+    )
+
+
+def worker_not_in_build(path: str) -> str:
+    """Why the AFD worker ``path`` cannot run here."""
+    platform, role = next(k for k, p in AUTO_WORKERS.items() if p == path)
+    return (
+        f"the AFD {role} worker for {platform} ({path}) is not in this build; "
+        f"this build runs AFD on: {', '.join(platforms_in_build()) or 'none'}"
+    )
+
+
 def resolve_worker_cls(worker_cls: str, platform: str, afd: AFDConfig | None) -> str:
     """The worker class this process must run.
 
@@ -40,9 +75,8 @@ def resolve_worker_cls(worker_cls: str, platform: str, afd: AFDConfig | None) ->
     if afd is None:
         return worker_cls
     if worker_cls == "auto":
-        try:
-            return AUTO_WORKERS[(platform, afd.role)]
-        except KeyError:
+        path = AUTO_WORKERS.get((platform, afd.role))
+        if path is None:
             raise AFDConfigError(
                 [
                     FieldError(
@@ -51,8 +85,13 @@ def resolve_worker_cls(worker_cls: str, platform: str, afd: AFDConfig | None) ->
                         f"supported platforms: cpu, cuda, npu",
                     )
                 ]
-            ) from None
+            )
+        worker_cls = path
     if worker_cls in AFD_WORKERS[afd.role]:
+        if not worker_in_build(worker_cls):
+            raise AFDConfigError(
+                [FieldError(WORKER_PATH, worker_not_in_build(worker_cls))]
+            )
         return worker_cls
     other = "ffn" if afd.is_attention else "attention"
     if worker_cls in AFD_WORKERS[other]:

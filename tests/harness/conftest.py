@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Harness tests import helpers that live beside them (fake servers, repos)."""
 
 import sys

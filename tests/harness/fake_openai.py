@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A threaded stdlib OpenAI-compatible completions server and GSM8K-format items.
 
 Test helper (also used by benchmarks/gsm8k_overhead.py); binds 127.0.0.1 only.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A throwaway copy of this repository's scenarios, CI lists and docs, for
 tests that break one thing and ask the linter about it."""
 

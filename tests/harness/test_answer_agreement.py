@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Generated GSM8K items are valid data; AFD/colocated answer comparison."""
 
 from __future__ import annotations
@@ -6,8 +7,8 @@ import json
 from pathlib import Path
 
 from afd_e2e.checks.answer_agreement import compare_runs
-from afd_e2e.checks.gsm8k_data import resolve_data
-from afd_e2e.checks.gsm8k_items import write_items
+from afd_e2e.checks.gsm8k.data import resolve_data
+from afd_e2e.checks.gsm8k.items import write_items
 
 
 def test_generated_items_are_accepted_by_the_data_reader(tmp_path: Path) -> None:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The evidence check over real-looking role logs: marks, counts, verdicts.
 
 Logs mix vLLM lines, records with prefixes, interleaved and partial lines.

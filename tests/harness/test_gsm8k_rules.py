@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The GSM8K gate's rules without running lm-eval: refusals, data, verdicts.
 
 CI overrides (AFD-I12), DBO floors, data layouts and errors, the PASS/FAIL line.
@@ -16,9 +17,10 @@ import pytest
 from fake_openai import GATE_ENV, FakeOpenAI, make_dataset, make_items, write_jsonl
 
 from afd_e2e import cli
-from afd_e2e.checks.gsm8k import Gsm8kRequest, completions_url, run_gsm8k
-from afd_e2e.checks.gsm8k_data import Gsm8kDataError, resolve_data
-from afd_e2e.checks.gsm8k_gate import Refused, env_overrides, format_pair, judge
+from afd_e2e.checks.gsm8k import Gsm8kRequest, completions_url, lmeval, run_gsm8k
+from afd_e2e.checks.gsm8k.data import Gsm8kDataError, resolve_data
+from afd_e2e.checks.gsm8k.gate import Refused, env_overrides, format_pair, judge
+from afd_e2e.checks.gsm8k.protocol import CHILD_MODULE
 
 
 @pytest.fixture(autouse=True)
@@ -231,8 +233,10 @@ def test_help_stays_free_of_lm_eval_torch_and_vllm() -> None:
         "for m in ('torch', 'vllm'):\n"
         "    sys.modules[m] = None\n"
         "from afd_e2e import cli\n"
-        "cli.build_parser()\n"
-        "import afd_e2e.checks.gsm8k, afd_e2e.checks.evidence\n"
+        "for name in cli.COMMANDS:\n"
+        "    cli.build_parser([name])\n"
+        "import afd_e2e.checks.gsm8k, afd_e2e.checks.gsm8k.lmeval\n"
+        "import afd_e2e.checks.evidence\n"
         "heavy = [m for m in ('lm_eval', 'datasets', 'aiohttp', 'pyarrow')\n"
         "         if m in sys.modules]\n"
         "assert not heavy, heavy\n"
@@ -241,3 +245,12 @@ def test_help_stays_free_of_lm_eval_torch_and_vllm() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_the_child_module_started_is_the_lm_eval_side() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", CHILD_MODULE], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"usage: python -m {CHILD_MODULE} SPEC.json"
+    assert lmeval.__name__ == CHILD_MODULE

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The GSM8K gate end to end: real lm-eval against a local fake completions server.
 
 Every run here starts lm-eval in its own offline interpreter (a few seconds each).
@@ -15,7 +16,7 @@ from fake_openai import GATE_ENV, FakeOpenAI, make_dataset, make_items
 
 from afd_e2e import cli
 from afd_e2e.checks.gsm8k import Gsm8kRequest, run_gsm8k
-from afd_e2e.checks.gsm8k_data import resolve_data
+from afd_e2e.checks.gsm8k.data import resolve_data
 
 REAL_DATA = os.environ.get("AFD_GSM8K_DATA", "")
 

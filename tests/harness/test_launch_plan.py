@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """afd-e2e run --dry-run for every scenario: argv, env, ports and start order."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """afd-e2e lint on broken copies of the repository: each message names the
 file, the line and the fix (AFD-I12)."""
 
@@ -241,6 +242,49 @@ def test_plugin_validator_decides_for_scenarios(repo: Path, capsys) -> None:
         f"afd-v2-graph-dp2.yaml:{line}:1: compute_gate_on_attention: [attention role] "
         "must be false with model runner v2"
     ) in out
+
+
+def test_a_model_this_build_cannot_split_fails_lint(repo: Path, capsys) -> None:
+    """DeepSeek-V3.2 is in the DeepSeek family but has no role-split model in
+    this build: the scenario would pass lint and die at model load."""
+    path = repo / "scenarios/cuda/afd-eager-2a2f.yaml"
+    arch = "architecture: {}ForCausalLM"
+    edit(path, arch.format("DeepseekV2"), arch.format("DeepseekV32"))
+    code, out = lint(repo, capsys)
+    assert code == 1
+    assert "afd-eager-2a2f.yaml:" in out
+    family = "(DeepSeek-V2 / V3 / V3.2)"
+    assert f"'DeepseekV32ForCausalLM' {family} is not in this build" in out
+    assert "set awaits: <what is missing> until it lands" in out
+
+
+def test_awaits_accepts_only_what_this_build_lacks(repo: Path, capsys) -> None:
+    """A scenario that awaits its implementation is still checked against
+    every rule; the mark itself must stay true."""
+    path = repo / "scenarios/npu/npu-afd-eager-2a2f.yaml"
+    gate = "compute_gate_on_attention: {}\ntopology"
+    edit(path, gate.format("false"), gate.format("true"))
+    code, out = lint(repo, capsys)
+    assert code == 1
+    assert "must be false for CAMP2pAFDConnector" in out
+    assert "not in this build" not in out
+
+    ready = repo / "scenarios/cuda/afd-eager-2a2f.yaml"
+    edit(ready, "tier: pr\n", "tier: pr\nawaits: nothing really\n")
+    code, out = lint(repo, capsys)
+    assert (
+        f"afd-eager-2a2f.yaml:{line_of(ready, 'awaits:')}:1: awaits: this build "
+        "holds everything the scenario needs; remove awaits ('nothing really')"
+    ) in out
+
+
+def test_run_refuses_a_scenario_this_build_cannot_run(repo: Path, capsys) -> None:
+    code = main(["run", "npu-afd-graph-2a2f", "--root", str(repo)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "needs what is not in this build (it awaits the Ascend role" in err
+    assert "CAMP2pAFDConnector is not in this build" in err
+    assert "nothing was started" in err
 
 
 def test_stale_generated_table(repo: Path, capsys) -> None:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Run results: the outcome precedence, results.json, JUnit XML and the summary.
 
 Pure data: no process is started.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``afd-e2e run`` and ``afd-e2e model tiny`` in an environment that lacks
 vLLM or the model-building libraries: a clear message, exit 2, nothing
 started and nothing written."""

@@ -1,9 +1,9 @@
+# SPDX-License-Identifier: Apache-2.0
 """afd-e2e run's executor end to end against fake role servers: parity verdicts,
-results.json, JUnit, exit codes, and nothing left running."""
+the evidence check, results.json, JUnit, exit codes, and nothing left running."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import uuid
@@ -17,7 +17,7 @@ from test_procs import SERVER, marked_pids
 from afd_e2e import policy
 from afd_e2e.catalogue import Catalogue
 from afd_e2e.launch import LaunchPlan, RoleLaunch, free_port
-from afd_e2e.runner import execute
+from afd_e2e.runner import RunOptions, execute
 from afd_e2e.scenario import Checks, ParityCheck, Timeouts
 
 BASE = Catalogue.load(ROOT).get("cpu-eager-1a1f")
@@ -50,8 +50,8 @@ def scenario(**checks: object):
     )
 
 
-def args() -> argparse.Namespace:
-    return argparse.Namespace(json=True, keep_running=False)
+def args() -> RunOptions:
+    return RunOptions(json=True)
 
 
 @pytest.fixture
@@ -109,3 +109,51 @@ def test_sigkill_escalation_fails_even_when_checks_pass(tmp_path: Path, run_id, 
     assert code == 3
     assert all(c["passed"] for c in results["checks"])
     assert "ffn:0" in json.dumps(results["teardown"])
+
+
+def evidence_check(results: dict) -> dict:
+    found = [c for c in results["checks"] if c["name"] == "dual_ubatch_evidence"]
+    assert len(found) == 1, [c["name"] for c in results["checks"]]
+    return found[0]
+
+
+def test_evidence_check_runs_without_gsm8k_and_ignores_the_baseline(
+    tmp_path: Path, run_id: str, capsys
+):
+    # Only the colocated baseline logs records: they are not AFD evidence.
+    plan = fake_plan(tmp_path, run_id, baseline=["--evidence-role", "attention"])
+    checks = {"parity": ParityCheck(prompts=2, max_tokens=2)}
+    code = execute(plan, scenario(**checks, dual_ubatch_evidence=True), args())
+    results = json.loads(capsys.readouterr().out)
+    assert code == 1
+    evidence = evidence_check(results)
+    assert not evidence["passed"] and evidence["figures"] == {}
+    assert evidence["message"].startswith(
+        "FAIL evidence dual_ubatch: no step ran with two micro-batches after the "
+        "evaluation started (0 records in "
+    )
+    assert "attention-0.log" in evidence["message"]
+    assert "baseline-0.log" not in evidence["message"]
+    assert "AFD_EVIDENCE" in (plan.run_dir / "baseline-0.log").read_text()
+
+
+def test_evidence_check_counts_only_records_logged_after_the_mark(
+    tmp_path: Path, run_id: str, capsys
+):
+    # The readiness probe's completion logs one record before the checks start.
+    plan = fake_plan(tmp_path, run_id, attention=["--evidence-role", "attention"])
+    checks = {"parity": ParityCheck(prompts=3, max_tokens=2)}
+    code = execute(plan, scenario(**checks, dual_ubatch_evidence=True), args())
+    results = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert [c["name"] for c in results["checks"]] == [
+        "parity",
+        "dual_ubatch_evidence",
+    ]
+    evidence = evidence_check(results)
+    assert evidence["passed"] and evidence["figures"] == {"attention:0": 3}
+    assert evidence["message"] == (
+        "PASS evidence dual_ubatch 3 records (attention:0=3)"
+    )
+    log = (plan.run_dir / "attention-0.log").read_text()
+    assert log.count("AFD_EVIDENCE dual_ubatch") == 4

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Scenario catalogue: ids from file names, extends resolution, list/show/validate."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One FFN step served against a fake connector with real tensors: eager and
 replayed outputs agree, a capture moves no data, two micro-batches are served
 in the attention side's interleaved order. A recording graph backend stands
@@ -14,10 +15,10 @@ import torch
 
 from afd_plugin.config import AFDConfig
 from afd_plugin.connectors.base import AFDConnector, ExchangeSpec, LayerExchange
-from afd_plugin.runtime.ffn_daemon import FFNBranch
 from afd_plugin.runtime.ffn_graphs import FFNGraphCache
 from afd_plugin.runtime.ffn_serve import serve_ffn_step
-from afd_plugin.runtime.step_payload import stage_payloads, stage_rows
+from afd_plugin.step_kind import StepKind
+from afd_plugin.step_protocol import stage_payloads, stage_rows
 
 HIDDEN, EXPERTS = 4, 3
 SPEC = ExchangeSpec(
@@ -52,9 +53,7 @@ class FakeConnector(AFDConnector):
     """Hands out deterministic inputs per (layer, stage) and records outputs."""
 
     def __init__(self, payloads: tuple[Any, ...]) -> None:
-        super().__init__(
-            AFDConfig(role="ffn", connector="P2pNcclAFDConnector"), 0, None
-        )
+        super().__init__(AFDConfig(role="ffn", connector="P2pNcclAFDConnector"), 0)
         self.spec = SPEC
         self.payloads = {p.stage_key: p for p in payloads}
         self.calls: list[tuple[str, int, int]] = []
@@ -92,7 +91,7 @@ def run_layer(layer: int, hidden: torch.Tensor, logits: torch.Tensor | None) -> 
     return out
 
 
-def serve(payloads: Any, branch: FFNBranch, graphs: FFNGraphCache | None) -> Any:
+def serve(payloads: Any, branch: StepKind, graphs: FFNGraphCache | None) -> Any:
     connector = FakeConnector(payloads)
     serve_ffn_step(
         connector, run_layer, (0, 1), payloads, branch, graphs, torch.device("cpu")
@@ -104,12 +103,12 @@ def test_replay_gives_what_eager_gives_and_capture_moves_no_data() -> None:
     backend = ReplayingBackend()
     graphs = FFNGraphCache(backend)
     capture = stage_payloads([(4, 4), (4, 4)], "capture", 2, graph_sizes=[4, 4])
-    captured = serve(capture, FFNBranch.CAPTURE, graphs)
+    captured = serve(capture, StepKind.CAPTURE, graphs)
     assert captured.calls == [] and backend.captures == 4  # 2 layers x 2 stages
     assert graphs.captured_keys() == ((0, 2, 4), (1, 2, 4))
     replay = stage_payloads([(4, 4), (4, 4)], "replay", 2, graph_sizes=[4, 4])
-    replayed = serve(replay, FFNBranch.REPLAY, graphs)
-    eager = serve(stage_payloads([(4, 4), (4, 4)], "eager", 2), FFNBranch.EAGER, None)
+    replayed = serve(replay, StepKind.REPLAY, graphs)
+    eager = serve(stage_payloads([(4, 4), (4, 4)], "eager", 2), StepKind.EAGER, None)
     assert backend.replays == 4
     assert replayed.outputs.keys() == eager.outputs.keys()
     for key, out in eager.outputs.items():
@@ -117,7 +116,7 @@ def test_replay_gives_what_eager_gives_and_capture_moves_no_data() -> None:
 
 
 def test_two_micro_batches_follow_the_interleaved_order() -> None:
-    connector = serve(stage_payloads([(2,), (3,)], "eager", 2), FFNBranch.EAGER, None)
+    connector = serve(stage_payloads([(2,), (3,)], "eager", 2), StepKind.EAGER, None)
     assert connector.calls == [
         ("recv", 0, 0),
         ("recv", 0, 1),
@@ -131,6 +130,6 @@ def test_two_micro_batches_follow_the_interleaved_order() -> None:
 
 
 def test_a_stage_without_tokens_is_skipped() -> None:
-    connector = serve(stage_payloads([(5,)], "warmup", 2), FFNBranch.WARMUP, None)
+    connector = serve(stage_payloads([(5,)], "warmup", 2), StepKind.WARMUP, None)
     assert {stage for _, _, stage in connector.calls} == {0}
     assert connector.outputs[(1, 0)].shape == (5, HIDDEN)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """P2pGlooAFDConnector between two peers (threads; a process where one must
 die): one step end to end, payload framing, close / re-init, peers that die
 or never come, spec checks.
@@ -23,12 +24,8 @@ from afd_plugin.connectors.base import (
     ExchangeSpec,
     LayerExchange,
 )
-from afd_plugin.connectors.cpu.p2p_gloo import (
-    TAG_CONTROL_BYTES,
-    TAG_CONTROL_LENGTH,
-    P2pGlooAFDConnector,
-)
-from afd_plugin.connectors.cpu.schema import P2pGlooExtraConfig
+from afd_plugin.connectors.cpu.p2p_gloo import P2pGlooAFDConnector
+from afd_plugin.connectors.p2p_base import TAG_CONTROL_BYTES, TAG_CONTROL_LENGTH
 from afd_plugin.wire import (
     AFDControlPayload,
     AFDWireError,
@@ -50,9 +47,16 @@ TOKENS = 5
 def connector(
     role: str, port: int, rendezvous: float = 30.0, peer: float = 10.0
 ) -> P2pGlooAFDConnector:
-    config = AFDConfig(role=role, connector="P2pGlooAFDConnector", port=port)
-    extra = P2pGlooExtraConfig(rendezvous_timeout_s=rendezvous, peer_timeout_s=peer)
-    return P2pGlooAFDConnector(config, 0, extra)
+    config = AFDConfig(
+        role=role,
+        connector="P2pGlooAFDConnector",
+        port=port,
+        connector_extra_config={
+            "rendezvous_timeout_s": rendezvous,
+            "peer_timeout_s": peer,
+        },
+    )
+    return P2pGlooAFDConnector(config, 0)
 
 
 def step(counts: tuple[int, ...] = (TOKENS,)) -> AFDControlPayload:
@@ -299,3 +303,19 @@ def test_roles_disagreeing_on_the_split_fail_at_rendezvous() -> None:
         conn.init_afd_connector()
     conn.close()
     assert isinstance(ffn.finish(), AFDPeerError)
+
+
+def test_the_connector_takes_the_configs_parsed_extra() -> None:
+    """The connector builder constructs from the typed config: the extra
+    config it runs with is the one object parsed with the config."""
+    from afd_plugin.runtime.role import build_connector
+
+    config = AFDConfig(
+        role="ffn",
+        connector="P2pGlooAFDConnector",
+        connector_extra_config={"peer_timeout_s": 7},
+    )
+    built = build_connector(config, 0)
+    assert isinstance(built, P2pGlooAFDConnector)
+    assert built.extra is config.extra and built.extra.peer_timeout_s == 7
+    assert built.world is None  # light: no groups, no sockets

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """P2pNcclAFDConnector with its host transport, run on CPU: the same shared
 design as the gloo connector (world, control plane, per-stage state), here
 serving a two-micro-batch step through the FFN daemon and the FFN step
@@ -21,9 +22,10 @@ from afd_plugin.connectors.gpu.p2p_nccl import HostTransport, P2pNcclAFDConnecto
 from afd_plugin.connectors.gpu.schema import P2pNcclExtraConfig
 from afd_plugin.connectors.registry import AFDConnectorFactory
 from afd_plugin.errors import AFDConfigError
-from afd_plugin.runtime.ffn_daemon import FFNBranch, FFNDaemon
+from afd_plugin.runtime.ffn_daemon import FFNDaemon
 from afd_plugin.runtime.ffn_serve import serve_ffn_step
-from afd_plugin.runtime.step_payload import stage_payloads
+from afd_plugin.step_kind import StepKind
+from afd_plugin.step_protocol import stage_payloads
 from afd_plugin.wire import AFDWireError
 
 HIDDEN = 8
@@ -37,12 +39,17 @@ SPEC = ExchangeSpec(
 
 
 def connector(role: str, port: int) -> P2pNcclAFDConnector:
-    config = AFDConfig(role=role, connector="P2pNcclAFDConnector", port=port)
-    extra = AFDConnectorFactory.parse_extra_config(
-        "P2pNcclAFDConnector",
-        {"transport": "host", "rendezvous_timeout_s": 30.0, "peer_timeout_s": 10.0},
+    config = AFDConfig(
+        role=role,
+        connector="P2pNcclAFDConnector",
+        port=port,
+        connector_extra_config={
+            "transport": "host",
+            "rendezvous_timeout_s": 30.0,
+            "peer_timeout_s": 10.0,
+        },
     )
-    conn = P2pNcclAFDConnector(config, 0, extra)
+    conn = P2pNcclAFDConnector(config, 0)
     conn.bind(SPEC)
     return conn
 
@@ -63,7 +70,7 @@ def test_schema_validates_the_transport_field() -> None:
 def test_two_micro_batch_step_over_the_host_transport() -> None:
     port = free_port()
     errors: list[BaseException] = []
-    branches: list[FFNBranch] = []
+    branches: list[StepKind] = []
 
     def ffn_main() -> None:
         conn = connector("ffn", port)
@@ -72,13 +79,13 @@ def test_two_micro_batch_step_over_the_host_transport() -> None:
             assert conn.control_plane is not None  # installed at construction
             daemon = FFNDaemon(conn, lambda *_: None, lambda _: None)
             payloads = daemon.receive_step()
-            branches.append(FFNBranch.EAGER)
+            branches.append(StepKind.EAGER)
             serve_ffn_step(
                 conn,
                 ffn_layer,
                 (0, 1),
                 payloads,
-                FFNBranch.EAGER,
+                StepKind.EAGER,
                 None,
                 torch.device("cpu"),
             )
@@ -105,7 +112,7 @@ def test_two_micro_batch_step_over_the_host_transport() -> None:
     conn.send_attn_output(out1, 1, 1)
     final = {s: conn.recv_ffn_output(1, s) for s in (0, 1)}
     ffn.join(30)
-    assert not ffn.is_alive() and errors == [] and branches == [FFNBranch.EAGER]
+    assert not ffn.is_alive() and errors == [] and branches == [StepKind.EAGER]
     for s in (0, 1):
         assert torch.allclose(final[s], inputs[s] * 2 * 3)
     # A stage the payload did not announce is refused before anything moves.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """parse_afd_config: aliases, strict types, closed schemas, all errors at once."""
 
 from __future__ import annotations
@@ -175,3 +176,38 @@ def test_config_is_frozen() -> None:
     cfg = parse()
     with pytest.raises(Exception):  # noqa: B017 - pydantic raises ValidationError
         cfg.port = 1  # type: ignore[misc]
+
+
+def test_the_extra_config_is_parsed_once_and_carried_typed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One parse of connector_extra_config per config: the validator (and the
+    connector builder, tests/runtime) take the typed object."""
+    from afd_plugin.connectors.cpu.schema import P2pGlooExtraConfig
+    from afd_plugin.connectors.registry import AFDConnectorFactory
+    from afd_plugin.validation import Deployment, check_deployment
+
+    calls: list[str] = []
+    original = AFDConnectorFactory.parse_extra_config.__func__
+
+    def counting(cls, name, raw):
+        calls.append(name)
+        return original(cls, name, raw)
+
+    monkeypatch.setattr(
+        AFDConnectorFactory, "parse_extra_config", classmethod(counting)
+    )
+    config = parse_afd_config(
+        {
+            "afd": {
+                "role": "ffn",
+                "connector": "P2pGlooAFDConnector",
+                "connector_extra_config": {"peer_timeout_s": 5},
+            }
+        }
+    )
+    assert config is not None
+    assert isinstance(config.extra, P2pGlooExtraConfig)
+    assert config.extra.peer_timeout_s == 5
+    assert check_deployment(config, Deployment("cpu", "DeepseekV2ForCausalLM")) == []
+    assert calls == ["P2pGlooAFDConnector"]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The dual-ubatch evidence line: format, parse back, reject what is not a record.
 
 afd_plugin.evidence is pure; it imports with torch and vLLM poisoned.

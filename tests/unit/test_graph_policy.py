@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """FFN graph key: only graph steps, stable per shape, distinct across shapes."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The pure core and the harness import with torch, vLLM and torch_npu poisoned.
 
 Each check runs in a fresh interpreter so nothing else already imported them.
@@ -30,7 +31,10 @@ PURE_MODULES = [
     "afd_plugin.connectors.cpu.schema",
     "afd_plugin.connectors.gpu.schema",
     "afd_plugin.connectors.npu.schema",
-    "afd_plugin.runtime.step_payload",
+    "afd_plugin.step_kind",
+    "afd_plugin.step_protocol",
+    "afd_plugin.vllm_view",
+    "afd_plugin.logs",
     "afd_plugin.runtime.ffn_schedule",
     "afd_plugin.runtime.ffn_graphs",
     "afd_plugin.runtime.ffn_daemon",
@@ -49,8 +53,17 @@ HARNESS_MODULES = [
     "afd_e2e.report",
     "afd_e2e.tiny_model",
     "afd_e2e.checks.parity",
-    "afd_e2e.checks.gsm8k",
+    "afd_e2e.checks.answer_agreement",
     "afd_e2e.checks.evidence",
+    "afd_e2e.checks.gsm8k",
+    "afd_e2e.checks.gsm8k.data",
+    "afd_e2e.checks.gsm8k.gate",
+    "afd_e2e.checks.gsm8k.items",
+    "afd_e2e.checks.gsm8k.lmeval",
+    "afd_e2e.checks.gsm8k.protocol",
+    "afd_e2e.checks.gsm8k.request",
+    "afd_e2e.checks.gsm8k.run",
+    "afd_e2e.checks.gsm8k.worker",
 ]
 
 POISON = """

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """README stays true: its test command is what CI runs; generated tables match."""
 
 from __future__ import annotations

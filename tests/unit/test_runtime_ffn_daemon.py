@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The FFN daemon against a fake connector: branch selection (profile /
 warm-up / capture / replay / eager), state update before any compute or
 capture (AFD-I10), one payload per stage with DBO, replay only of captured
@@ -23,9 +24,10 @@ from afd_plugin.connectors.base import (
     LayerExchange,
 )
 from afd_plugin.evidence import parse_line
-from afd_plugin.runtime.ffn_daemon import FFNBranch, FFNDaemon, select_branch
+from afd_plugin.runtime.ffn_daemon import FFNDaemon, serving_kind
 from afd_plugin.runtime.ffn_graphs import FFNGraphCache
-from afd_plugin.runtime.step_payload import stage_payloads
+from afd_plugin.step_kind import StepKind
+from afd_plugin.step_protocol import stage_payloads
 from afd_plugin.wire import AFDControlPayload, AFDWireError
 
 
@@ -36,25 +38,22 @@ def payload(stage: int = 0, **flags: bool) -> AFDControlPayload:
 @pytest.mark.parametrize(
     ("flags", "branch"),
     [
-        ({}, FFNBranch.EAGER),
-        ({"is_warmup": True}, FFNBranch.WARMUP),
-        ({"is_profile": True}, FFNBranch.PROFILE),
-        ({"is_profile": True, "is_graph": True}, FFNBranch.PROFILE),
-        ({"is_graph": True}, FFNBranch.REPLAY),
-        ({"is_graph": True, "is_warmup": True}, FFNBranch.CAPTURE),
+        ({}, StepKind.EAGER),
+        ({"is_warmup": True}, StepKind.WARMUP),
+        ({"is_profile": True}, StepKind.PROFILE),
+        ({"is_graph": True}, StepKind.REPLAY),
+        ({"is_graph": True, "is_warmup": True}, StepKind.CAPTURE),
     ],
 )
-def test_select_branch(flags: dict[str, bool], branch: FFNBranch) -> None:
-    assert select_branch(payload(**flags), graph_supported=True) is branch
+def test_serving_kind(flags: dict[str, bool], branch: StepKind) -> None:
+    assert serving_kind(payload(**flags), graph_supported=True) is branch
 
 
 def test_graph_step_on_an_eager_only_backend_is_a_protocol_error() -> None:
     for flags in ({"is_graph": True}, {"is_graph": True, "is_warmup": True}):
         with pytest.raises(AFDWireError, match="runs eager only"):
-            select_branch(payload(**flags), graph_supported=False)
-    assert select_branch(payload(is_profile=True, is_graph=True), False) is (
-        FFNBranch.PROFILE
-    )
+            serving_kind(payload(**flags), graph_supported=False)
+    assert serving_kind(payload(is_profile=True), False) is StepKind.PROFILE
 
 
 class FakeControlPlane(AFDControlPlane):
@@ -77,7 +76,7 @@ class FakeConnector(AFDConnector):
         self, steps: list[Any], control_plane: bool = True, stages: int = 1
     ) -> None:
         config = AFDConfig(role="ffn", connector="P2pGlooAFDConnector")
-        super().__init__(config, 0, None)
+        super().__init__(config, 0)
         self.events: list[str] = []
         self.left = False
         self.state: dict[int, AFDControlPayload] = {}
@@ -126,14 +125,14 @@ def make_daemon(
     exits: list[BaseException | None],
     graphs: FFNGraphCache | None = None,
 ) -> FFNDaemon:
-    def serve(payloads: tuple[AFDControlPayload, ...], branch: FFNBranch) -> None:
+    def serve(payloads: tuple[AFDControlPayload, ...], branch: StepKind) -> None:
         for p in payloads:
             assert connector.state[p.stage_key] is p, "served before the update"
         connector.events.append(f"serve:{branch.value}")
-        if branch is FFNBranch.CAPTURE:
+        if branch is StepKind.CAPTURE:
             assert graphs is not None
             graphs.capture((0, 1, 3), 0, {}, lambda _: connector.events.append("run"))
-        if branch is FFNBranch.REPLAY:
+        if branch is StepKind.REPLAY:
             assert graphs is not None
             graphs.replay((0, 1, 3), 0, lambda _: connector.events.append("fill"))
 
@@ -145,9 +144,9 @@ def test_run_once_updates_state_before_serving() -> None:
     connector = FakeConnector(steps)
     daemon = make_daemon(connector, [])
     assert [daemon.run_once() for _ in range(3)] == [
-        FFNBranch.PROFILE,
-        FFNBranch.WARMUP,
-        FFNBranch.EAGER,
+        StepKind.PROFILE,
+        StepKind.WARMUP,
+        StepKind.EAGER,
     ]
     assert connector.events == [
         "recv:0",
@@ -160,10 +159,10 @@ def test_run_once_updates_state_before_serving() -> None:
         "update:0",
         "serve:eager",
     ]
-    assert daemon.branches == {
-        FFNBranch.PROFILE: 1,
-        FFNBranch.WARMUP: 1,
-        FFNBranch.EAGER: 1,
+    assert daemon.kinds == {
+        StepKind.PROFILE: 1,
+        StepKind.WARMUP: 1,
+        StepKind.EAGER: 1,
     }
 
 
@@ -173,8 +172,8 @@ def test_capture_happens_after_the_control_plane_and_outside_it() -> None:
     connector = FakeConnector([capture, replay])
     graphs = FFNGraphCache(RecordingBackend(connector.events))
     daemon = make_daemon(connector, [], graphs)
-    assert daemon.run_once() is FFNBranch.CAPTURE
-    assert daemon.run_once() is FFNBranch.REPLAY
+    assert daemon.run_once() is StepKind.CAPTURE
+    assert daemon.run_once() is StepKind.REPLAY
     events = connector.events
     begin, end = events.index("capture-begin"), events.index("capture-end")
     # recv and state update come first; nothing of the control plane is
@@ -203,7 +202,7 @@ def test_two_stages_are_received_and_applied_before_serving() -> None:
     split = stage_payloads([(4,), (3,)], "eager", stages=2)
     connector = FakeConnector(list(split), stages=2)
     daemon = make_daemon(connector, [])
-    assert daemon.run_once() is FFNBranch.EAGER
+    assert daemon.run_once() is StepKind.EAGER
     assert connector.events == [
         "recv:0",
         "update:0",
@@ -257,7 +256,7 @@ def test_orderly_leave_of_the_attention_side_ends_the_loop_cleanly() -> None:
     connector.left = True
     daemon, exits = run_loop(connector)
     assert exits == [None] and daemon.error is None
-    assert daemon.branches[FFNBranch.EAGER] == 2
+    assert daemon.kinds[StepKind.EAGER] == 2
 
 
 def test_lost_peer_ends_the_loop_with_the_error() -> None:

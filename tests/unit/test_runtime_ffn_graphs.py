@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The FFN graph cache with a recording backend: capture records only the
 compute, a recapture replaces, replay fills the static inputs first, a
 missing key or layer is a clear error.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The FFN side serves (layer, stage) exchanges in exactly the order the
 attention side issues them with two micro-batches that yield after each send.
 """

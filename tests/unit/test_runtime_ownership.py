@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Each role loads only its own checkpoint weights, and both roles must agree
 on the exchange spec they derive from their model.
 """

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Topology: balanced contiguous blocks, FFN-first world, metadata groups.
 
 Exhaustive over every (A, F) pair up to 24 ranks.
@@ -39,18 +40,15 @@ def test_world_layout_puts_ffn_first(num_a, num_f):
     for g in range(layout.world_size):
         role, rank = layout.role_of(g)
         assert layout.global_rank(role, rank) == g
-    groups = layout.metadata_groups()
-    assert sorted(g for group in groups for g in group) == list(
-        range(layout.world_size)
-    )
-    for f, group in enumerate(groups):
-        assert group[0] == f
-        assert all(layout.peer_of("attention", g - num_f) == f for g in group[1:])
+    for f in range(num_f):
+        block = attention_block(f, num_a, num_f)
+        assert all(layout.peer_of("attention", a) == f for a in block)
 
 
 def test_example_five_attention_two_ffn() -> None:
     assert [ffn_rank_for_attention(a, 5, 2) for a in range(5)] == [0, 0, 0, 1, 1]
-    assert WorldLayout(5, 2).metadata_group(1) == (1, 5, 6)
+    assert list(attention_block(1, 5, 2)) == [3, 4]
+    assert WorldLayout(5, 2).peer_of("attention", 4) == 1
 
 
 @pytest.mark.parametrize(("num_a", "num_f"), [(1, 2), (0, 0), (3, 0)])

@@ -1,6 +1,9 @@
-"""validate_deployment: every cell of AFD-I7 and every constraint of AFD-I8.
+# SPDX-License-Identifier: Apache-2.0
+"""validate_deployment: every cell of AFD-I7, every constraint of AFD-I8, and
+what this build does not hold (connectors, role workers, role-split models).
 
-Rejected cases assert the message names the field that must change.
+Rejected cases assert the message names the field that must change. Rule
+checks look at rule errors only; what this build lacks is tested on its own.
 """
 
 from __future__ import annotations
@@ -50,7 +53,13 @@ def dep(connector: str, **kw: Any) -> Deployment:
 
 
 def paths(config, deployment) -> set[str]:
-    return {e.path for e in check_deployment(config, deployment)}
+    """Paths of the rule errors (not what this build lacks)."""
+    return {e.path for e in check_deployment(config, deployment) if not e.not_in_build}
+
+
+def absent(config, deployment) -> list[str]:
+    """Messages of what this build lacks for the deployment."""
+    return [e.message for e in check_deployment(config, deployment) if e.not_in_build]
 
 
 # AFD-I7: connector x runner x model x gate. None = valid, else the field named.
@@ -104,10 +113,14 @@ I7_MATRIX = [
 def test_gate_matrix(connector, runner, arch, gate, extra, expected) -> None:
     config = cfg(connector, gate, **extra)
     deployment = dep(connector, model_runner=runner, architecture=arch)
-    found = {e.path for e in check_deployment(config, deployment)}
+    found = paths(config, deployment)
     if expected is None:
         assert found == set()
-        validate_deployment(config, deployment)
+        if absent(config, deployment):
+            with pytest.raises(AFDConfigError, match="not in this build"):
+                validate_deployment(config, deployment)
+        else:
+            validate_deployment(config, deployment)
     else:
         assert expected in found
         with pytest.raises(AFDConfigError) as info:
@@ -323,3 +336,63 @@ def test_all_problems_reported_together() -> None:
         "deployment.graph_mode",
         "deployment.platform",
     } <= set(info.value.paths)
+
+
+# -- what this build holds (one table per fact) ------------------------------
+
+
+def test_an_architecture_without_a_role_model_is_not_in_this_build() -> None:
+    """DeepSeek-V3.2 is in the DeepSeek family, but this build has no
+    role-split model for it: it would fail at model load."""
+    config = cfg("P2pNcclAFDConnector", False)
+    deployment = dep("P2pNcclAFDConnector", architecture="DeepseekV32ForCausalLM")
+    errors = check_deployment(config, deployment)
+    assert [(e.path, e.not_in_build) for e in errors] == [
+        ("deployment.architecture", True)
+    ]
+    assert "not in this build" in errors[0].message
+    assert "DeepseekV2ForCausalLM" in errors[0].message  # what this build splits
+    with pytest.raises(AFDConfigError, match="DeepseekV32ForCausalLM"):
+        validate_deployment(config, deployment)
+
+
+def test_a_platform_without_role_workers_is_not_in_this_build() -> None:
+    """worker_cls=auto on NPU would name afd_plugin.runtime.npu.*, which this
+    build does not ship: refused before a ModuleNotFoundError at start."""
+    config = cfg("CAMP2pAFDConnector", False)
+    messages = absent(config, dep("CAMP2pAFDConnector"))
+    worker = [m for m in messages if "afd_plugin.runtime.npu" in m]
+    assert len(worker) == 1 and "not in this build" in worker[0]
+    assert "runs AFD on: cpu, cuda" in worker[0]
+
+
+def test_an_unimplemented_connector_is_not_in_this_build() -> None:
+    config = cfg("CAMAsyncAFDConnector", True)
+    messages = absent(config, dep("CAMAsyncAFDConnector"))
+    connector = [m for m in messages if m.startswith("CAMAsyncAFDConnector")]
+    assert len(connector) == 1 and "not in this build" in connector[0]
+    assert "P2pGlooAFDConnector, P2pNcclAFDConnector" in connector[0]
+
+
+def test_everything_the_cpu_and_cuda_paths_need_is_in_this_build() -> None:
+    for connector, arch in (
+        ("P2pGlooAFDConnector", DEEPSEEK),
+        ("P2pGlooAFDConnector", QWEN3),
+        ("P2pNcclAFDConnector", DEEPSEEK),
+    ):
+        assert absent(cfg(connector, False), dep(connector, architecture=arch)) == []
+
+
+def test_host_transport_is_refused_in_graph_mode() -> None:
+    """transport 'host' is never captured: a graph deployment with it would
+    run its exchanges outside the attention graph."""
+    config = cfg("P2pNcclAFDConnector", False, transport="host")
+    path = "additional_config.afd.connector_extra_config.transport"
+    for runner in ("v1", "v2"):
+        graph = dep(
+            "P2pNcclAFDConnector", model_runner=runner, graph_mode="FULL_DECODE_ONLY"
+        )
+        assert paths(config, graph) == {path}
+        [error] = [e for e in check_deployment(config, graph) if e.path == path]
+        assert "'nccl'" in error.message and "FULL_DECODE_ONLY" in error.message
+    assert paths(config, dep("P2pNcclAFDConnector")) == set()  # eager is fine

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The runtime refuses any vLLM but the targeted release unless overridden."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Control-payload codec: canonical round trip, strict decoding, bounded input."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from afd_plugin.step_kind import StepKind
 from afd_plugin.wire import (
     FIELDS,
     MAX_PAYLOAD_BYTES,
@@ -23,13 +25,11 @@ from afd_plugin.wire import (
 @st.composite
 def payloads(draw: st.DrawFn) -> AFDControlPayload:
     counts = tuple(draw(st.lists(st.integers(0, 1 << 20), min_size=1, max_size=64)))
-    return AFDControlPayload(
-        stage_key=draw(st.integers(0, 65535)),
-        token_counts=counts,
-        max_count=max(counts) + draw(st.integers(0, 1024)),
-        is_graph=draw(st.booleans()),
-        is_warmup=draw(st.booleans()),
-        is_profile=draw(st.booleans()),
+    return AFDControlPayload.of_kind(
+        draw(st.sampled_from(list(StepKind))),
+        draw(st.integers(0, 65535)),
+        counts,
+        max(counts) + draw(st.integers(0, 1024)),
     )
 
 
@@ -148,3 +148,36 @@ def test_never_pickles() -> None:
         AFDControlPayload(stage_key=0, token_counts=(1,), max_count=1)
     )
     assert data.startswith(b"{") and b"\x80" not in data
+
+
+@pytest.mark.parametrize("kind", list(StepKind))
+def test_each_step_kind_has_one_flag_pattern_on_the_wire(kind: StepKind) -> None:
+    payload = AFDControlPayload.of_kind(kind, 0, (2,), 2)
+    obj = json.loads(encode_payload(payload))
+    assert (obj["is_graph"], obj["is_warmup"], obj["is_profile"]) == kind.flags
+    assert decode_payload(encode_payload(payload)).kind is kind
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {"is_graph": True, "is_profile": True},
+        {"is_warmup": True, "is_profile": True},
+        {"is_graph": True, "is_warmup": True, "is_profile": True},
+    ],
+)
+def test_flags_that_name_no_step_kind_are_refused(flags: dict[str, bool]) -> None:
+    """No attention side sends these; a decoder that took them would have to
+    guess which branch to run."""
+    obj = {
+        "stage_key": 0,
+        "token_counts": [2],
+        "max_count": 2,
+        "is_graph": False,
+        "is_warmup": False,
+        "is_profile": False,
+        **flags,
+    }
+    data = json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+    with pytest.raises(AFDWireError, match="name no step kind"):
+        decode_payload(data)

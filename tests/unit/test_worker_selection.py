@@ -1,4 +1,6 @@
-"""worker_cls="auto" mapping; explicit paths and non-AFD configs untouched."""
+# SPDX-License-Identifier: Apache-2.0
+"""worker_cls="auto" mapping; explicit paths and non-AFD configs untouched; a
+worker this build does not ship is refused at config time, not at import."""
 
 from __future__ import annotations
 
@@ -6,14 +8,28 @@ import pytest
 
 from afd_plugin.config import parse_afd_config
 from afd_plugin.errors import AFDConfigError
-from afd_plugin.worker_selection import AUTO_WORKERS, is_afd_worker, resolve_worker_cls
+from afd_plugin.worker_selection import (
+    AUTO_WORKERS,
+    is_afd_worker,
+    platforms_in_build,
+    resolve_worker_cls,
+    worker_in_build,
+)
+
+BUILT = sorted(k for k, path in AUTO_WORKERS.items() if worker_in_build(path))
+ABSENT = sorted(k for k, path in AUTO_WORKERS.items() if not worker_in_build(path))
 
 
 def afd(role: str):
     return parse_afd_config({"afd": {"role": role, "connector": "P2pGlooAFDConnector"}})
 
 
-@pytest.mark.parametrize(("platform", "role"), sorted(AUTO_WORKERS))
+def test_the_build_ships_the_cpu_and_cuda_workers_only() -> None:
+    assert platforms_in_build() == ("cpu", "cuda")
+    assert {p for p, _ in ABSENT} == {"npu"}
+
+
+@pytest.mark.parametrize(("platform", "role"), BUILT)
 def test_auto_maps_to_the_platform_role_worker(platform: str, role: str) -> None:
     path = resolve_worker_cls("auto", platform, afd(role))
     assert path == AUTO_WORKERS[(platform, role)]
@@ -28,7 +44,15 @@ def test_non_afd_config_is_untouched(worker_cls: str) -> None:
     assert resolve_worker_cls(worker_cls, "cpu", None) == worker_cls
 
 
-@pytest.mark.parametrize(("platform", "role"), sorted(AUTO_WORKERS))
+@pytest.mark.parametrize(("platform", "role"), ABSENT)
+def test_a_worker_not_in_this_build_is_refused(platform: str, role: str) -> None:
+    for requested in ("auto", AUTO_WORKERS[(platform, role)]):
+        with pytest.raises(AFDConfigError, match="is not in this build") as info:
+            resolve_worker_cls(requested, platform, afd(role))
+        assert "this build runs AFD on: cpu, cuda" in str(info.value)
+
+
+@pytest.mark.parametrize(("platform", "role"), BUILT)
 def test_explicit_afd_worker_path_is_accepted_as_is(platform: str, role: str) -> None:
     path = AUTO_WORKERS[(platform, role)]
     assert resolve_worker_cls(path, platform, afd(role)) == path

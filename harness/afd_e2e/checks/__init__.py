@@ -1,4 +1,6 @@
+# SPDX-License-Identifier: Apache-2.0
 """Checks a scenario runs against a live deployment, one module per check.
 
-Token parity, GSM8K accuracy (gsm8k*.py) and micro-batch evidence (evidence.py).
+Token parity (parity.py), GSM8K accuracy and answer agreement (the gsm8k/
+package, answer_agreement.py) and micro-batch evidence (evidence.py).
 """

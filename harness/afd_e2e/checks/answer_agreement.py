@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """AFD answers equal colocated answers: compares lm-eval's per-sample responses
 of two GSM8K runs document by document."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Micro-batch evidence check: count dual-ubatch records logged after a mark.
 
 The record format is afd_plugin.evidence; marks are byte offsets, not timestamps.

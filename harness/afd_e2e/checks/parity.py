@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Token parity: the AFD deployment's greedy tokens equal a colocated vLLM run
 of the same model, token for token, on a fixed prompt set."""
 

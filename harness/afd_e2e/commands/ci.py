@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``afd-e2e ci render``: write the CI gate lists from the scenarios' tiers."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Arguments and helpers shared by the scenario subcommands."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``afd-e2e docs``: check (default) or rewrite the generated doc tables."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``afd-e2e gsm8k``: the GSM8K accuracy gate against a running attention API.
 
 Exit 0 only when the gate passes; 1 when it fails; 2 when the run is refused.
@@ -10,7 +11,7 @@ import sys
 from pathlib import Path
 
 from afd_e2e.checks.gsm8k import Gsm8kRequest, run_gsm8k
-from afd_e2e.checks.gsm8k_gate import FLEXIBLE
+from afd_e2e.checks.gsm8k.gate import FLEXIBLE
 from afd_e2e.policy import GSM8K_DATA_ENV, GSM8K_LIMIT_ENV, GSM8K_THRESHOLD_ENV
 
 REFUSED_EXIT = 2

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``afd-e2e lint``: scenarios, CI gate lists, Buildkite schema, generated docs.
 
 Prints ``file:line: message`` with the fix for each problem; exit 1 if any.

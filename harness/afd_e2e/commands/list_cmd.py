@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``afd-e2e list``: scenarios as a table or JSON, filtered by tier/backend."""
 
 from __future__ import annotations

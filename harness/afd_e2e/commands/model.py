@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``afd-e2e model tiny``: build a tiny local model and print its directory.
 
 Needs torch, transformers and tokenizers (the ``cpu`` extra); nothing downloads.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``afd-e2e run [ID]``: plan, launch, check and tear down one scenario.
 
 ``--dry-run`` prints the launch plan and starts nothing.
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from afd_e2e.commands.common import add_root, load
 from afd_e2e.launch import build_plan, describe
-from afd_plugin.connectors.registry import AFDConnectorFactory
+from afd_e2e.rules import build_gaps
 from afd_plugin.errors import AFDConfigError
 
 DEFAULT_SCENARIO = "cpu-eager-1a1f"
@@ -99,16 +100,16 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(describe(plan))
         return 0
-    if scenario.connector is not None:
-        spec = AFDConnectorFactory.get_spec(scenario.connector.name)
-        if not spec.implemented:
-            print(
-                f"afd-e2e run: {args.scenario} needs {spec.name}, which is not "
-                "implemented in this build (see the README connector table); "
-                "nothing was started",
-                file=sys.stderr,
-            )
-            return BAD_INPUT
+    gaps = build_gaps(scenario)
+    if gaps:
+        print(
+            f"afd-e2e run: {args.scenario} needs what is not in this build"
+            + (f" (it awaits {scenario.awaits})" if scenario.awaits else "")
+            + "; nothing was started:\n  "
+            + "\n  ".join(gaps),
+            file=sys.stderr,
+        )
+        return BAD_INPUT
     if importlib.util.find_spec("vllm") is None:
         print(
             f"afd-e2e run: {args.scenario} starts vLLM servers, but vLLM is not "
@@ -126,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"afd-e2e run: {exc}; nothing was started", file=sys.stderr)
             return BAD_INPUT
         assert str(built) == plan.model_path, (built, plan.model_path)
-    from afd_e2e.runner import execute
+    from afd_e2e.runner import RunOptions, execute
 
-    return execute(plan, scenario, args)
+    return execute(
+        plan, scenario, RunOptions(json=args.json, keep_running=args.keep_running)
+    )

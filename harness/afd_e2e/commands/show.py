@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``afd-e2e show <id>``: the fully resolved scenario (``extends`` applied)."""
 
 from __future__ import annotations

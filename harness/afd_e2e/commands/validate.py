@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``afd-e2e validate [FILES]``: schema, plugin validator and gate rules."""
 
 from __future__ import annotations

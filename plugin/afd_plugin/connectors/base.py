@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The contracts every connector and control plane implements, and the
 exchange spec both roles agree on at rendezvous (AFD-I2, I3, I10).
 
@@ -114,10 +115,11 @@ class AFDConnector(ABC):
 
     control_plane: AFDControlPlane | None = None
 
-    def __init__(self, config: AFDConfig, rank: int, extra: Any) -> None:
+    def __init__(self, config: AFDConfig, rank: int) -> None:
         self.config = config
         self.rank = rank
-        self.extra = extra
+        self.extra: Any = config.extra
+        """``connector_extra_config`` as parsed once, with the config."""
         self.spec: ExchangeSpec | None = None
 
     def bind(self, spec: ExchangeSpec) -> None:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Base class for the closed ``connector_extra_config`` schemas (AFD-I1).
 
 Each backend's ``schema.py`` subclasses it; unknown fields are always errors.
@@ -14,3 +15,8 @@ class ExtraConfigSchema(BaseModel):
     model_config = ConfigDict(
         extra="forbid", strict=True, frozen=True, use_attribute_docstrings=True
     )
+
+    def graph_refusal(self) -> tuple[str, str] | None:
+        """``(field, why)`` when these settings cannot run inside a graph (the
+        validator then refuses every graph mode); None when they can."""
+        return None

@@ -1,8 +1,10 @@
+# SPDX-License-Identifier: Apache-2.0
 """One AFD world over gloo: TCP-store rendezvous, peer identities, bounded
 point-to-point operations whose failures name the peer.
 
 Shared by every point-to-point connector: the CPU data path and the control
-plane (the metadata group) of the CUDA one. Stateless: never touches
+plane (the metadata group) of the CUDA one. Its own store and process group,
+built without ``torch.distributed.init_process_group``: it never touches
 torch.distributed's default group, which vLLM owns.
 """
 

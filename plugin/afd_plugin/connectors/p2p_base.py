@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The one point-to-point connector design every backend shares: the AFD world
 (FFN ranks first, attention ranks in balanced blocks), the control plane over
 that world, per-stage step state, and a data path through a ``DataTransport``.
@@ -9,14 +10,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from afd_plugin.config import AFDConfig
 from afd_plugin.connectors.base import AFDConnector, AFDControlPlane
 from afd_plugin.connectors.gloo_world import IDLE_TIMEOUT, GlooWorld
-from afd_plugin.runtime.step_payload import stage_rows
+from afd_plugin.step_protocol import stage_rows
 from afd_plugin.topology import WorldLayout, attention_block, ffn_rank_for_attention
 from afd_plugin.wire import (
     AFDControlPayload,
@@ -39,8 +39,6 @@ class DataTransport(ABC):
     """Moves whole tensors between two global ranks of the AFD world."""
 
     device: torch.device
-    capturable: bool = False
-    """Whether its operations can be recorded into a CUDA graph."""
 
     @abstractmethod
     def send(self, tensor: torch.Tensor, dst: int, tag: int, what: str) -> None: ...
@@ -127,8 +125,8 @@ class P2pAFDConnectorBase(AFDConnector):
     else (rendezvous, control plane, step state, shapes, checks) lives here.
     """
 
-    def __init__(self, config: AFDConfig, rank: int, extra: Any) -> None:
-        super().__init__(config, rank, extra)
+    def __init__(self, config: AFDConfig, rank: int) -> None:
+        super().__init__(config, rank)
         self.layout = WorldLayout(config.num_attention_ranks, config.num_ffn_ranks)
         self.layout.global_rank(config.role, rank)  # range check, nothing else
         self.world: GlooWorld | None = None

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Connector registry: name -> lazy loader string, platform, closed schema.
 
 Pure: nothing here imports a connector implementation, torch or a device library.

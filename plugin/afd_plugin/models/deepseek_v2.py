@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """DeepSeek-V2/V3 split by role. Attention: vLLM's own model with each
 MLP/MoE block built as a ``RemoteFFN`` (plus the gate when it runs here).
 FFN: only the blocks, built and loaded with vLLM's DeepSeek code.
@@ -18,15 +19,16 @@ from vllm.model_executor.layers.fused_moe.utils import (
 from vllm.model_executor.models import deepseek_v2 as ds
 from vllm.model_executor.models.utils import extract_layer_index
 
-from afd_plugin.connectors.base import ExchangeSpec, LayerExchange
+from afd_plugin.connectors.base import LayerExchange
 from afd_plugin.models.ownership import owned_by_role
-from afd_plugin.models.remote_ffn import RemoteFFN, swapped_names
+from afd_plugin.models.remote_ffn import RemoteFFN
 from afd_plugin.models.role_model import (
+    AFDRoleModel,
     FFNBlocks,
     FFNRoleModel,
     exchange_spec,
 )
-from afd_plugin.runtime.role import require_afd_config
+from afd_plugin.patches.model_build_names import swapped_names
 
 
 def _router_dtype(config: Any) -> torch.dtype | None:
@@ -88,11 +90,11 @@ def _remote_blocks(gate_on_attention: bool) -> tuple[type, type]:
     return RemoteDeepseekV2MoE, RemoteDeepseekV2MLP
 
 
-class DeepseekV2AttentionModel(ds.DeepseekV2ForCausalLM):
+class DeepseekV2AttentionModel(AFDRoleModel, ds.DeepseekV2ForCausalLM):
     """Attention role of DeepSeek-V2/V3: embeddings, MLA, norms, LM head."""
 
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = "") -> None:
-        afd = require_afd_config(vllm_config)
+        afd = self.bound_afd_config()
         moe, mlp = _remote_blocks(afd.compute_gate_on_attention)
         with swapped_names(ds, DeepseekV2MoE=moe, DeepseekV2MLP=mlp):
             super().__init__(vllm_config=vllm_config, prefix=prefix)
@@ -117,7 +119,7 @@ class _DeepseekBlocks(FFNBlocks):
     """The attributes vLLM's DeepseekV2Model.load_weights reads, over blocks."""
 
     def __init__(self, vllm_config: VllmConfig, blocks: list[nn.Module]) -> None:
-        super().__init__(blocks)
+        super().__init__(vllm_config, blocks)
         config = vllm_config.model_config.hf_config
         self.config = config
         self.use_mha = config.model_type == "deepseek" or not (
@@ -150,48 +152,31 @@ class DeepseekV2FFNModel(FFNRoleModel):
     """FFN role of DeepSeek-V2/V3: dense MLPs, gate (unless on attention),
     routed and shared experts."""
 
-    def build_blocks(self, vllm_config: VllmConfig, prefix: str) -> nn.Module:
-        config = self.config
-        gate_on_attention = self.afd.compute_gate_on_attention
-        blocks: list[nn.Module] = []
-        for i in range(config.num_hidden_layers):
-            block_prefix = f"{prefix}.layers.{i}.mlp"
-            if is_moe_layer(config, i):
-                block = ds.DeepseekV2MoE(
-                    config=config,
-                    parallel_config=vllm_config.parallel_config,
-                    quant_config=vllm_config.quant_config,
-                    prefix=block_prefix,
-                    apply_routed_scale_to_output=True,
-                )
-                if gate_on_attention:
-                    block.experts.gate = None
-                    block.gate = _GateBias(block.gate.e_score_correction_bias)
-            else:
-                block = ds.DeepseekV2MLP(
-                    hidden_size=config.hidden_size,
-                    intermediate_size=config.intermediate_size,
-                    hidden_act=config.hidden_act,
-                    quant_config=vllm_config.quant_config,
-                    prefix=block_prefix,
-                )
-            blocks.append(block)
-        return _DeepseekBlocks(vllm_config, blocks)
+    dense_block = ds.DeepseekV2MLP
+    blocks_class = _DeepseekBlocks
 
-    def build_exchange_spec(self, vllm_config: VllmConfig) -> ExchangeSpec:
-        config = self.config
+    def is_moe_layer(self, index: int) -> bool:
+        return is_moe_layer(self.config, index)
+
+    def build_moe_block(self, vllm_config: VllmConfig, prefix: str) -> nn.Module:
+        block = ds.DeepseekV2MoE(
+            config=self.config,
+            parallel_config=vllm_config.parallel_config,
+            quant_config=vllm_config.quant_config,
+            prefix=prefix,
+            apply_routed_scale_to_output=True,
+        )
+        if self.afd.compute_gate_on_attention:
+            block.experts.gate = None
+            block.gate = _GateBias(block.gate.e_score_correction_bias)
+        return block
+
+    def router_logits(self, index: int) -> int:
         gate = self.afd.compute_gate_on_attention
-        layers = (
-            LayerExchange(
-                i,
-                "moe" if is_moe_layer(config, i) else "dense",
-                config.n_routed_experts if gate and is_moe_layer(config, i) else 0,
-            )
-            for i in range(config.num_hidden_layers)
-        )
-        return exchange_spec(
-            vllm_config, config.hidden_size, _router_dtype(config), layers
-        )
+        return self.config.n_routed_experts if gate and self.is_moe_layer(index) else 0
+
+    def router_dtype(self) -> torch.dtype | None:
+        return _router_dtype(self.config)
 
     def run_block(
         self, layer: int, hidden: torch.Tensor, router_logits: torch.Tensor | None

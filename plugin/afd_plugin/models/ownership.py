@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Which role loads which checkpoint weight: the FFN role the MLP/MoE blocks,
 the attention role everything else, the router gate where it runs.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Qwen3-MoE split by role. Attention: vLLM's own model with each MLP/MoE
 block built as a ``RemoteFFN``. FFN: gate, experts and dense MLPs only.
 The gate runs on the FFN role only (AFD-I7).
@@ -14,15 +15,16 @@ from vllm.config import VllmConfig
 from vllm.model_executor.models import qwen3_moe as qm
 from vllm.model_executor.models.utils import extract_layer_index
 
-from afd_plugin.connectors.base import ExchangeSpec, LayerExchange
+from afd_plugin.connectors.base import LayerExchange
 from afd_plugin.models.ownership import owned_by_role
-from afd_plugin.models.remote_ffn import RemoteFFN, swapped_names
+from afd_plugin.models.remote_ffn import RemoteFFN
 from afd_plugin.models.role_model import (
+    AFDRoleModel,
     FFNBlocks,
     FFNRoleModel,
     exchange_spec,
 )
-from afd_plugin.runtime.role import require_afd_config
+from afd_plugin.patches.model_build_names import swapped_names
 
 
 def is_moe_layer(config: Any, index: int) -> bool:
@@ -61,11 +63,11 @@ class _RemoteQwen3MoeMLP(RemoteFFN):
         super().__init__(extract_layer_index(prefix))
 
 
-class Qwen3MoeAttentionModel(qm.Qwen3MoeForCausalLM):
+class Qwen3MoeAttentionModel(AFDRoleModel, qm.Qwen3MoeForCausalLM):
     """Attention role of Qwen3-MoE: embeddings, attention, norms, LM head."""
 
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = "") -> None:
-        afd = require_afd_config(vllm_config)
+        afd = self.bound_afd_config()
         with swapped_names(
             qm,
             Qwen3MoeSparseMoeBlock=_RemoteQwen3MoeBlock,
@@ -93,7 +95,7 @@ class _Qwen3Blocks(FFNBlocks):
     hf_to_vllm_mapper = qm.Qwen3MoeModel.hf_to_vllm_mapper
 
     def __init__(self, vllm_config: VllmConfig, blocks: list[nn.Module]) -> None:
-        super().__init__(blocks)
+        super().__init__(vllm_config, blocks)
         self.config = vllm_config.model_config.hf_text_config
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
@@ -103,33 +105,14 @@ class _Qwen3Blocks(FFNBlocks):
 class Qwen3MoeFFNModel(FFNRoleModel):
     """FFN role of Qwen3-MoE: gate, routed experts, dense MLP layers."""
 
-    def build_blocks(self, vllm_config: VllmConfig, prefix: str) -> nn.Module:
-        config = self.config
-        blocks: list[nn.Module] = []
-        for i in range(config.num_hidden_layers):
-            block_prefix = f"{prefix}.layers.{i}.mlp"
-            if is_moe_layer(config, i):
-                block: nn.Module = qm.Qwen3MoeSparseMoeBlock(
-                    vllm_config=vllm_config, prefix=block_prefix
-                )
-            else:
-                block = qm.Qwen3MoeMLP(
-                    hidden_size=config.hidden_size,
-                    intermediate_size=config.intermediate_size,
-                    hidden_act=config.hidden_act,
-                    quant_config=vllm_config.quant_config,
-                    prefix=block_prefix,
-                )
-            blocks.append(block)
-        return _Qwen3Blocks(vllm_config, blocks)
+    dense_block = qm.Qwen3MoeMLP
+    blocks_class = _Qwen3Blocks
 
-    def build_exchange_spec(self, vllm_config: VllmConfig) -> ExchangeSpec:
-        config = self.config
-        layers = (
-            LayerExchange(i, "moe" if is_moe_layer(config, i) else "dense", 0)
-            for i in range(config.num_hidden_layers)
-        )
-        return exchange_spec(vllm_config, config.hidden_size, None, layers)
+    def is_moe_layer(self, index: int) -> bool:
+        return is_moe_layer(self.config, index)
+
+    def build_moe_block(self, vllm_config: VllmConfig, prefix: str) -> nn.Module:
+        return qm.Qwen3MoeSparseMoeBlock(vllm_config=vllm_config, prefix=prefix)
 
     def run_block(
         self, layer: int, hidden: torch.Tensor, router_logits: torch.Tensor | None

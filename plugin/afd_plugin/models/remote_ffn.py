@@ -1,22 +1,20 @@
-"""The attention role's stand-in for a decoder layer's MLP/MoE block, and the
-build-time swap that puts it where vLLM's model code builds that block.
+# SPDX-License-Identifier: Apache-2.0
+"""The attention role's stand-in for a decoder layer's MLP/MoE block.
 
 The attention role runs vLLM's own decoder layers; only the FFN block becomes
-a ``RemoteFFN`` that exchanges through the connector in the step's metadata.
+a ``RemoteFFN`` (put in place by ``patches/model_build_names.py``) that
+exchanges through the connector in the step's metadata.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from types import ModuleType
 from typing import Any
 
 import torch
 from torch import nn
 from vllm.v1.worker.ubatching import dbo_enabled, dbo_yield
 
-from afd_plugin.runtime.metadata import current_metadata
+from afd_plugin.models.forward_metadata import current_metadata
 
 
 class RemoteFFN(nn.Module):
@@ -43,25 +41,3 @@ class RemoteFFN(nn.Module):
             # one waits (the order the FFN side serves, runtime/ffn_schedule.py).
             dbo_yield()
         return connector.recv_ffn_output(self.layer_index, metadata.stage)
-
-
-@contextmanager
-def swapped_names(module: ModuleType, **replacements: Any) -> Iterator[None]:
-    """Bind ``replacements`` in a vLLM model module while one role model is
-    built, then restore them. Fails loudly when vLLM renamed a target."""
-    from vllm import __version__ as vllm_version
-
-    missing = [name for name in replacements if not hasattr(module, name)]
-    if missing:
-        raise RuntimeError(
-            f"vLLM {vllm_version}: {module.__name__} no longer defines "
-            f"{', '.join(missing)}; the AFD model wrapper needs an update"
-        )
-    saved = {name: getattr(module, name) for name in replacements}
-    try:
-        for name, value in replacements.items():
-            setattr(module, name, value)
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(module, name, value)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Patch: the current platform's ``check_and_update_config`` (vLLM 0.32.0).
 
 What: wraps the classmethod so that, right after the platform normalised the
@@ -5,18 +6,21 @@ config, an AFD config gets its role worker (``worker_cls="auto"``), passes the
 one deployment validator and the vLLM version check, and is logged once.
 Why: vLLM's platforms replace only ``"auto"``, with their own worker, and know
 nothing of AFD (AFD-I11); no general-plugin hook selects a worker.
+vLLM version: 0.32.0 (``check_target`` fails when the classmethod is gone or
+its parameters changed).
 Delete when: vLLM lets a general plugin choose the worker class.
+Applied: from ``register()``, once per process.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import logging
 from typing import TYPE_CHECKING, Any
 
 from afd_plugin.config import parse_afd_config
 from afd_plugin.version import check_vllm_version, installed_vllm_version
+from afd_plugin.vllm_view import current_platform_name, validate_role
 from afd_plugin.worker_selection import resolve_worker_cls
 
 if TYPE_CHECKING:
@@ -39,7 +43,6 @@ def normalize_afd_config(
     afd = parse_afd_config(vllm_config.additional_config)
     if afd is None:
         return
-    from afd_plugin.runtime.role import current_platform_name, validate_role
 
     installed = installed_vllm_version()
     warning = check_vllm_version(
@@ -86,12 +89,17 @@ def _check_target(platform_cls: type) -> Any:
     return original
 
 
-def apply() -> None:
-    if importlib.util.find_spec("vllm") is None:
-        return  # no vLLM in this process: nothing to patch, nothing calls us
+def check_target() -> None:
+    """Raise when the current platform's target drifted."""
     from vllm.platforms import current_platform
 
-    from afd_plugin.runtime.logs import use_vllm_handlers
+    _check_target(type(current_platform))
+
+
+def apply() -> None:
+    from vllm.platforms import current_platform
+
+    from afd_plugin.logs import use_vllm_handlers
 
     use_vllm_handlers()
 

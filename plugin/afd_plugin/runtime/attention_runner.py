@@ -1,11 +1,16 @@
+# SPDX-License-Identifier: Apache-2.0
 """Platform-neutral half of the attention role's model runner: after loading,
 the rendezvous; at the start of every step, the control payloads (one per
 micro-batch stage) and the metadata.
 
 Mixed into each platform's runner (``runtime/cpu/model_runners.py`` on CPU,
-``runtime/gpu/`` on CUDA). A step begins at the first of: the runner-level
-entry (``AFDStepEntry``, around vLLM's model call, outside any graph) or the
-model's forward pre-hook (CPU; dummy runs; micro-batch threads).
+``runtime/gpu/`` on CUDA). A step begins at one entry per runner:
+``AFDStepEntry``, which wraps the runner's model callable (vLLM's graph and
+micro-batch wrappers included), so every model call, dummy runs too, begins
+its step outside any graph. Model runner V2 replays full graphs without
+calling the model; there the replay path (``patches/v2_run_fullgraph.py``) is
+the entry of replayed steps, and the model call of every other step. The
+model's forward pre-hook only installs each micro-batch thread's metadata.
 """
 
 from __future__ import annotations
@@ -18,18 +23,12 @@ from typing import TYPE_CHECKING, Any
 from vllm.forward_context import get_forward_context, is_forward_context_available
 
 from afd_plugin.evidence import format_dual_ubatch
-from afd_plugin.runtime.metadata import (
-    AFDForwardMetadata,
-    has_metadata,
-    install_metadata,
-)
+from afd_plugin.models.forward_metadata import AFDForwardMetadata, install_metadata
 from afd_plugin.runtime.role import AFDRoleRunnerMixin
-from afd_plugin.runtime.step_payload import (
-    GRAPH_KINDS,
-    MARKED_KINDS,
+from afd_plugin.step_kind import MARKED_KINDS, StepKind, resolve_step_kind
+from afd_plugin.step_protocol import (
     block_token_counts,
     dual_ubatch_tokens,
-    resolve_step_kind,
     stage_payloads,
 )
 from afd_plugin.topology import attention_block, ffn_rank_for_attention
@@ -79,28 +78,32 @@ class AFDAttentionRunnerMixin(AFDRoleRunnerMixin):
 
     afd_role = "attention"
     vllm_config: VllmConfig
-    _afd_step_kind: str = "eager"
+    model: Any
+    _afd_step_kind: StepKind = StepKind.EAGER
     _afd_capturing: bool = False
     _afd_payloads: tuple[AFDControlPayload, ...] = ()
     _afd_steps: int = 0
 
     def afd_finish_load(self, model: nn.Module) -> None:
         """Call at the very end of ``load_model`` (AFD-I3), after any graph or
-        micro-batch wrapper: every forward of ``model`` begins the step if the
-        runner did not (and installs its stage's metadata in a micro-batch
-        thread); then the rendezvous."""
+        micro-batch wrapper. ``model`` is the role model vLLM loaded;
+        ``self.model``, what the runner calls (the role model or vLLM's wrapper
+        of it), becomes the step entry. A forward of ``model`` in a micro-batch
+        thread installs its stage's metadata. Then the rendezvous."""
+        self.model = AFDStepEntry(self.model, self.afd_begin_step)
         model.register_forward_pre_hook(self._afd_pre_forward, with_kwargs=True)
         self.afd_connector.bind(model.afd_spec)
         self.afd_connector.init_afd_connector()
 
     @contextmanager
-    def afd_step_kind(self, kind: str) -> Iterator[None]:
+    def afd_step_kind(self, kind: StepKind) -> Iterator[None]:
         """Mark the forwards inside as profile or warm-up steps; an enclosing
         profile or warm-up keeps its kind."""
         if kind not in MARKED_KINDS:
-            raise ValueError(f"step kind must be one of {MARKED_KINDS}, got {kind!r}")
+            allowed = sorted(k.value for k in MARKED_KINDS)
+            raise ValueError(f"step kind must be one of {allowed}, got {kind!r}")
         saved = self._afd_step_kind
-        if saved == "eager":
+        if saved is StepKind.EAGER:
             self._afd_step_kind = kind
         try:
             yield
@@ -121,13 +124,19 @@ class AFDAttentionRunnerMixin(AFDRoleRunnerMixin):
     # step with its peers) is a plain step, or a replay in graph mode.
 
     def profile_run(self, *args: Any, **kwargs: Any) -> None:
-        with self.afd_step_kind("profile"):
+        with self.afd_step_kind(StepKind.PROFILE):
             super().profile_run(*args, **kwargs)  # type: ignore[misc]
 
     def _dummy_run(self, *args: Any, **kwargs: Any) -> Any:
-        kind = "profile" if kwargs.get("is_profile") else self._afd_step_kind
+        kind = StepKind.PROFILE if kwargs.get("is_profile") else self._afd_step_kind
         with self.afd_step_kind(kind):
             return super()._dummy_run(*args, **kwargs)  # type: ignore[misc]
+
+    def get_model(self) -> nn.Module:
+        model = self.model
+        if isinstance(model, AFDStepEntry):
+            return model.unwrap()
+        return super().get_model()  # type: ignore[misc]
 
     # -- platform hooks -------------------------------------------------------
 
@@ -175,14 +184,12 @@ class AFDAttentionRunnerMixin(AFDRoleRunnerMixin):
         else:
             stage_counts = [self._afd_counts(num_tokens)]
         kind = resolve_step_kind(self._afd_step_kind, runs_graph, self._afd_capturing)
-        sizes = [max(c) for c in stage_counts] if kind in GRAPH_KINDS else None
+        sizes = [max(c) for c in stage_counts] if kind.is_graph else None
         return stage_payloads(stage_counts, kind, stages, sizes)
 
     def afd_begin_step(self, num_tokens: int) -> None:
-        """Announce the step and install its metadata, once per step; called
-        outside any graph (a capture records none of it)."""
-        if has_metadata():
-            return
+        """Announce the step and install its metadata; called once per step by
+        the runner's entry, outside any graph (a capture records none of it)."""
         ubatches = self._afd_ubatch_sizes() if is_forward_context_available() else None
         payloads = self.afd_plan_step(num_tokens, ubatches, self._afd_runs_graph())
         self.afd_announce(payloads)
@@ -210,17 +217,10 @@ class AFDAttentionRunnerMixin(AFDRoleRunnerMixin):
     def _afd_pre_forward(
         self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> None:
-        if has_metadata():
-            return None
         ubatch = current_ubatch()
         if ubatch is not None:
-            # A micro-batch thread: its own forward context; the step began
-            # at the runner level with one payload per stage.
+            # A micro-batch thread has its own forward context; the step began
+            # at the runner's entry with one payload per stage.
             payload = self._afd_payloads[ubatch]
             install_metadata(AFDForwardMetadata(self.afd_connector, ubatch, payload))
-            return None
-        # A forward the runner did not enter (CPU; vLLM calling the model
-        # directly): the step begins here, lazily.
-        positions = kwargs["positions"] if "positions" in kwargs else args[1]
-        self.afd_begin_step(int(positions.shape[-1]))
         return None

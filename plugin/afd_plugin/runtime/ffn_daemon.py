@@ -1,6 +1,7 @@
+# SPDX-License-Identifier: Apache-2.0
 """The FFN role's daemon: receive each step's control payloads (one per
-micro-batch stage), update the connector, pick the branch (profile / warm-up /
-capture / replay / eager), serve the step.
+micro-batch stage), update the connector, serve the step by its kind (profile /
+warm-up / capture / replay / eager).
 
 Platform-neutral and pure; the step itself is a callable the role runner
 provides, the graphs live in an ``FFNGraphCache``.
@@ -8,7 +9,6 @@ provides, the graphs live in an ``FFNGraphCache``.
 
 from __future__ import annotations
 
-import enum
 import logging
 import threading
 from collections import Counter
@@ -18,44 +18,23 @@ from afd_plugin.connectors.base import AFDConnector, AFDPeerError
 from afd_plugin.evidence import format_dual_ubatch
 from afd_plugin.graph_policy import make_ffn_graph_key
 from afd_plugin.runtime.ffn_graphs import FFNGraphCache
-from afd_plugin.runtime.step_payload import dual_ubatch_tokens, live_stages
+from afd_plugin.step_kind import StepKind
+from afd_plugin.step_protocol import dual_ubatch_tokens, live_stages
 from afd_plugin.wire import AFDControlPayload, AFDWireError
 
 logger = logging.getLogger("afd_plugin")
 
-_FLAGS = ("is_graph", "is_warmup", "is_profile")
 
-
-class FFNBranch(str, enum.Enum):
-    """How the FFN side runs one step."""
-
-    PROFILE = "profile"
-    """Memory profiling: eager, never a graph."""
-    WARMUP = "warmup"
-    """Eager; nothing kept."""
-    CAPTURE = "capture"
-    """The attention side records a graph: capture the FFN graphs of the
-    step's keys; no data moves."""
-    REPLAY = "replay"
-    """The attention side replays: move data, replay the captured graphs."""
-    EAGER = "eager"
-
-
-def select_branch(payload: AFDControlPayload, graph_supported: bool) -> FFNBranch:
-    """The branch for ``payload``. A profile step never uses a graph; a graph
-    step on a backend without FFN graphs is a protocol error."""
-    if payload.is_profile:
-        return FFNBranch.PROFILE
-    if payload.is_graph:
-        if not graph_supported:
-            raise AFDWireError(
-                "the attention side announced a graph step but this FFN backend "
-                "runs eager only (graph_policy allows only 'eager' here)"
-            )
-        return FFNBranch.CAPTURE if payload.is_warmup else FFNBranch.REPLAY
-    if payload.is_warmup:
-        return FFNBranch.WARMUP
-    return FFNBranch.EAGER
+def serving_kind(payload: AFDControlPayload, graph_supported: bool) -> StepKind:
+    """How the FFN side serves ``payload``: its step kind. A graph step on a
+    backend without FFN graphs is a protocol error."""
+    kind = payload.kind
+    if kind.is_graph and not graph_supported:
+        raise AFDWireError(
+            f"the attention side announced a {kind.value} (graph) step but this "
+            "FFN backend runs eager only (graph_policy allows only 'eager' here)"
+        )
+    return kind
 
 
 def step_graph_keys(payloads: tuple[AFDControlPayload, ...]) -> tuple:
@@ -64,7 +43,7 @@ def step_graph_keys(payloads: tuple[AFDControlPayload, ...]) -> tuple:
     return tuple(make_ffn_graph_key(p) for p in payloads if p.stage_key in live)
 
 
-ServeStep = Callable[[tuple[AFDControlPayload, ...], FFNBranch], None]
+ServeStep = Callable[[tuple[AFDControlPayload, ...], StepKind], None]
 OnExit = Callable[[BaseException | None], None]
 
 
@@ -83,7 +62,7 @@ class FFNDaemon:
         self.serve_step = serve_step
         self.on_exit = on_exit
         self.graphs = graphs
-        self.branches: Counter[FFNBranch] = Counter()
+        self.kinds: Counter[StepKind] = Counter()
         self.steps = 0
         self.error: BaseException | None = None
         self._stopping = threading.Event()
@@ -114,9 +93,7 @@ class FFNDaemon:
                     f"expected the control payload of stage {stage} (of {stages} "
                     f"per step), got stage {payload.stage_key}: {payload}"
                 )
-            if payloads and any(
-                getattr(payload, f) != getattr(payloads[0], f) for f in _FLAGS
-            ):
+            if payloads and payload.kind is not payloads[0].kind:
                 raise AFDWireError(
                     f"the stages of one step disagree on the step kind: "
                     f"{payloads[0]} then {payload}"
@@ -126,23 +103,23 @@ class FFNDaemon:
             payloads.append(payload)
         return tuple(payloads)
 
-    def run_once(self) -> FFNBranch:
+    def run_once(self) -> StepKind:
         """Serve exactly one step (the loop body; callable from tests)."""
         payloads = self.receive_step()
-        branch = select_branch(payloads[0], self.graph_supported)
-        if branch is FFNBranch.REPLAY:
+        kind = serving_kind(payloads[0], self.graph_supported)
+        if kind is StepKind.REPLAY:
             assert self.graphs is not None
             # Replay only what was captured; name the key otherwise.
             self.graphs.require(step_graph_keys(payloads))
-        self.serve_step(payloads, branch)
-        self.branches[branch] += 1
+        self.serve_step(payloads, kind)
+        self.kinds[kind] += 1
         self.steps += 1
         tokens = dual_ubatch_tokens(payloads)
         if tokens is not None:
             logger.info(
                 "%s", format_dual_ubatch("ffn", self.connector.rank, self.steps, tokens)
             )
-        return branch
+        return kind
 
     def start(self) -> None:
         self._thread.start()
@@ -169,7 +146,7 @@ class FFNDaemon:
                 logger.info(
                     "afd-plugin: the attention ranks closed the AFD connection; "
                     "FFN daemon stops after %d steps",
-                    sum(self.branches.values()),
+                    sum(self.kinds.values()),
                 )
             else:
                 error = exc

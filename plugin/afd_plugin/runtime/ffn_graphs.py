@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The FFN graph cache: per graph key (``graph_policy.make_ffn_graph_key``) and
 layer, one captured graph of the layer's block over static input buffers.
 

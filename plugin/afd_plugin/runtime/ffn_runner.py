@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Platform-neutral half of the FFN role's model runner: serve one step of
 the daemon; refuse scheduler work; skip profile and warm-up forwards.
 
@@ -13,11 +14,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from vllm.forward_context import set_forward_context
 
-from afd_plugin.models.role_model import FFN_REFUSAL
-from afd_plugin.runtime.ffn_daemon import FFNBranch
+from afd_plugin.errors import FFN_REFUSAL
 from afd_plugin.runtime.ffn_serve import serve_ffn_step
-from afd_plugin.runtime.metadata import AFDForwardMetadata, install_metadata
 from afd_plugin.runtime.role import AFDRoleRunnerMixin
+from afd_plugin.step_kind import StepKind
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -42,23 +42,24 @@ class AFDFFNRunnerMixin(AFDRoleRunnerMixin):
         return torch.device("cpu")
 
     def afd_serve_step(
-        self, payloads: tuple[AFDControlPayload, ...], branch: FFNBranch
+        self, payloads: tuple[AFDControlPayload, ...], kind: StepKind
     ) -> None:
         """Run every layer's block for the tokens ``payloads`` announced, in
-        the order the attention ranks of this block exchange them."""
+        the order the attention ranks of this block exchange them. vLLM's MoE
+        layers find themselves through the forward context; the FFN side
+        needs no AFD metadata in it (the daemon holds the step)."""
         connector, model = self.afd_connector, self.model
         total = sum(p.total_tokens for p in payloads)
         with (
             torch.inference_mode(),
             set_forward_context(None, self.vllm_config, num_tokens=total),
         ):
-            install_metadata(AFDForwardMetadata(connector, 0, payloads[0]))
             serve_ffn_step(
                 connector,
                 model.run_ffn_layer,
                 model.afd_layers,
                 payloads,
-                branch,
+                kind,
                 self.afd_graphs,
                 self.afd_device(),
             )

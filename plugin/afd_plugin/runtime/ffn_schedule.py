@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The order in which the FFN side serves one step's (layer, stage) exchanges,
 matching the order the attention side issues them.
 

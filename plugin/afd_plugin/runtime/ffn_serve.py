@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Serve one FFN step: eager, warm-up and profile steps run the blocks; a
 capture step records each layer's block into the graph cache (no data moves);
 a replay step moves data and replays the captured blocks.
@@ -13,10 +14,10 @@ import torch
 
 from afd_plugin.connectors.base import AFDConnector, ExchangeSpec
 from afd_plugin.graph_policy import make_ffn_graph_key
-from afd_plugin.runtime.ffn_daemon import FFNBranch
 from afd_plugin.runtime.ffn_graphs import FFNGraphCache
 from afd_plugin.runtime.ffn_schedule import exchange_schedule
-from afd_plugin.runtime.step_payload import live_stages, stage_rows
+from afd_plugin.step_kind import StepKind
+from afd_plugin.step_protocol import live_stages, stage_rows
 from afd_plugin.wire import AFDControlPayload
 
 RunLayer = Callable[[int, torch.Tensor, torch.Tensor | None], torch.Tensor]
@@ -53,16 +54,16 @@ def serve_ffn_step(
     run_layer: RunLayer,
     layers: Sequence[int],
     payloads: tuple[AFDControlPayload, ...],
-    branch: FFNBranch,
+    kind: StepKind,
     graphs: FFNGraphCache | None,
     device: torch.device,
 ) -> None:
     """Serve the step ``payloads`` describe (the connector state is already
     updated from them); stages without data are skipped."""
     stages = live_stages(payloads)
-    if branch in (FFNBranch.CAPTURE, FFNBranch.REPLAY) and graphs is None:
-        raise RuntimeError(f"a {branch.value} step needs an FFN graph cache")
-    if branch is FFNBranch.CAPTURE:
+    if kind.is_graph and graphs is None:
+        raise RuntimeError(f"a {kind.value} step needs an FFN graph cache")
+    if kind is StepKind.CAPTURE:
         assert graphs is not None and connector.spec is not None
         for stage in stages:
             payload = payloads[stage]
@@ -86,7 +87,7 @@ def serve_ffn_step(
             )
             continue
         hidden, extras = received.pop((op.layer, op.stage))
-        if branch is FFNBranch.REPLAY:
+        if kind is StepKind.REPLAY:
             assert graphs is not None
             key = make_ffn_graph_key(payloads[op.stage])
             out = graphs.replay(key, op.layer, _fill(hidden, extras))

@@ -1,7 +1,9 @@
+# SPDX-License-Identifier: Apache-2.0
 """Build and load a role's model with vLLM's own loader, choosing the class.
 
 vLLM's configured loader does everything (dtype, device, weights, post-load
-processing); only its ``create_model`` step gets the role's class.
+processing); only its ``create_model`` step gets the role's class, bound to
+the typed AFD config (vLLM builds models from ``vllm_config`` alone).
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from vllm.model_executor.model_loader import get_model_loader
 from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 from vllm.model_executor.model_loader.utils import initialize_model
 
+from afd_plugin.config import AFDConfig
 from afd_plugin.models import role_model_class
+from afd_plugin.models.role_model import bind_afd_config
 
 
 def _with_model_class(
@@ -33,11 +37,11 @@ def _with_model_class(
     return RoleModelLoader
 
 
-def load_role_model(vllm_config: VllmConfig, role: str) -> nn.Module:
-    """The ``role`` half of the configured model, weights loaded."""
+def load_role_model(vllm_config: VllmConfig, afd: AFDConfig) -> nn.Module:
+    """This role's half of the configured model, weights loaded."""
     model_config = vllm_config.model_config
     architectures = getattr(model_config.hf_config, "architectures", None) or [""]
-    model_class = role_model_class(architectures[0], role)
+    model_class = bind_afd_config(role_model_class(architectures[0], afd.role), afd)
     base = type(get_model_loader(vllm_config.load_config))
     loader = _with_model_class(base, model_class)(vllm_config.load_config)
     return loader.load_model(vllm_config=vllm_config, model_config=model_config)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What every platform's AFD role worker shares: the checks it runs at
 construction, whatever selected it (``auto`` or an explicit path: loud errors
 instead of guesses, AFD-I11), and the connector and FFN-daemon lifecycle.
@@ -14,7 +15,8 @@ from afd_plugin.config import AFDConfig
 from afd_plugin.errors import AFDConfigError, FieldError
 from afd_plugin.patches import require_patches
 from afd_plugin.runtime.ffn_daemon import FFNDaemon
-from afd_plugin.runtime.role import build_connector, require_afd_config, this_role_rank
+from afd_plugin.runtime.role import build_connector, this_role_rank
+from afd_plugin.vllm_view import require_afd_config
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -26,8 +28,9 @@ logger = logging.getLogger("afd_plugin")
 
 
 def check_role_worker(vllm_config: VllmConfig, role: str, worker: str) -> AFDConfig:
-    """The AFD config of this worker, after every check that can fail early:
-    an ``afd`` section, the applied patches, the role the worker runs."""
+    """The AFD config of this worker (the one parse of this process's worker;
+    runner, connector and models get it typed), after every check that can
+    fail early: an ``afd`` section, the applied patches, the role."""
     afd = require_afd_config(vllm_config)
     require_patches()
     if afd.role != role:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A miniature ``afd-e2e run`` for the interrupt tests: start, wait, "check", stop.
 
 Prints READY once its fake roles serve, then waits for a signal; exits with the

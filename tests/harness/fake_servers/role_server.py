@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A fake role server for the process-manager tests: /health and /v1/completions.
 
 Flags make it misbehave the ways real servers do; it binds only to 127.0.0.1.
@@ -37,12 +38,20 @@ def parse_args() -> argparse.Namespace:
         default=0,
         help="shift the greedy token ids it answers (a diverging 'model')",
     )
+    parser.add_argument(
+        "--evidence-role",
+        choices=("attention", "ffn"),
+        help="log a dual_ubatch evidence record as this role (rank 0) for each "
+        "completion request, as a DBO step would",
+    )
     return parser.parse_args()
 
 
 class Handler(BaseHTTPRequestHandler):
     never_ready = False
     token_offset = 0
+    evidence_role: str | None = None
+    steps = 0
 
     def _send(self, status: int, body: dict[str, object]) -> None:
         raw = json.dumps(body).encode()
@@ -81,6 +90,12 @@ class Handler(BaseHTTPRequestHandler):
                     "finish_reason": "length",
                 }
             )
+        if self.evidence_role is not None:
+            from afd_plugin.evidence import format_dual_ubatch
+
+            Handler.steps += 1
+            record = format_dual_ubatch(self.evidence_role, 0, Handler.steps, [1, 1])
+            print(f"INFO step runner: {record}", flush=True)
         self._send(200, {"model": request.get("model"), "choices": choices})
 
     def log_message(self, format: str, *args: object) -> None:
@@ -120,6 +135,7 @@ def main() -> int:
     time.sleep(args.startup_s)
     Handler.never_ready = args.never_ready
     Handler.token_offset = args.token_offset
+    Handler.evidence_role = args.evidence_role
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     port = server.server_address[1]
     if args.port_file:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Closed ``connector_extra_config`` schema of the CPU (gloo) connector.
 
 Torch-free: the config layer and the harness validate with it.

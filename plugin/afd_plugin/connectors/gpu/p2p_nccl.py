@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``P2pNcclAFDConnector``: the shared point-to-point design with a CUDA data
 path. The control plane stays on the gloo world (the metadata group, CPU
 tensors, never captured); hidden states go over NCCL, or host memory when
@@ -12,7 +13,6 @@ from datetime import timedelta
 
 import torch
 
-from afd_plugin.config import AFDConfig
 from afd_plugin.connectors.gloo_world import GlooWorld
 from afd_plugin.connectors.gpu.schema import P2pNcclExtraConfig
 from afd_plugin.connectors.p2p_base import DataTransport, P2pAFDConnectorBase
@@ -36,8 +36,6 @@ class NcclTransport(DataTransport):
     gloo world). Sends and receives run on the current stream, so a CUDA graph
     being captured on that stream records them; NCCL matches them by order,
     which the step schedule keeps identical on both roles."""
-
-    capturable = True
 
     def __init__(self, world: GlooWorld, timeout_s: float) -> None:
         from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
@@ -86,7 +84,7 @@ class NcclTransport(DataTransport):
 class HostTransport(DataTransport):
     """Device tensors staged through host memory over the gloo world: for two
     roles on one GPU (NCCL refuses two ranks on one device). Synchronous and
-    never captured: graph steps cannot use it on the attention side."""
+    never captured: the validator refuses it with any graph mode."""
 
     def __init__(self, world: GlooWorld) -> None:
         self.world = world
@@ -109,8 +107,7 @@ class HostTransport(DataTransport):
 class P2pNcclAFDConnector(P2pAFDConnectorBase):
     """One attention rank <-> its FFN rank over NCCL; an FFN rank serves a block."""
 
-    def __init__(self, config: AFDConfig, rank: int, extra: P2pNcclExtraConfig):
-        super().__init__(config, rank, extra)
+    extra: P2pNcclExtraConfig
 
     def _open_transport(self, world: GlooWorld) -> DataTransport:
         if self.extra.transport == "host":

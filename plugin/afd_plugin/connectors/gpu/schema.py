@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Closed ``connector_extra_config`` schema of the CUDA (NCCL) connector.
 
 Torch-free: the config layer and the harness validate with it.
@@ -26,3 +27,12 @@ class P2pNcclExtraConfig(ExtraConfigSchema):
     receives run on the current stream, so the attention side's graphs capture
     them), or `host` (through host memory over the gloo world; for roles that
     share one GPU, where NCCL refuses two ranks; never captured, eager only)."""
+
+    def graph_refusal(self) -> tuple[str, str] | None:
+        if self.transport == "host":
+            why = (
+                "transport 'host' stages through host memory over gloo and is "
+                "never captured into a graph; use transport 'nccl'"
+            )
+            return ("transport", why)
+        return None

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Closed ``connector_extra_config`` schemas of the Ascend NPU (CAM) connectors.
 
 Torch-free: the config layer, the harness and NPU feature checks use them.

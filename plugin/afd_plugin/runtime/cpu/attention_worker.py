@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``AFDAttentionCPUWorker``: vLLM's CPUWorker running the attention role.
 
 Builds the connector (light) once vLLM's distributed state gives the rank.

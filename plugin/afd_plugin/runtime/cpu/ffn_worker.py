@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``AFDFFNCPUWorker``: vLLM's CPUWorker running the FFN role.
 
 No KV cache, no scheduler work: after the empty KV-cache set-up it meets the

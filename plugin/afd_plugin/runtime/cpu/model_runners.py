@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The CPU role runners: vLLM's CPUModelRunner plus the role mixins.
 
 Attention: load the attention half, then rendezvous. FFN: load the FFN half,
@@ -13,6 +14,7 @@ from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 from afd_plugin.runtime.attention_runner import AFDAttentionRunnerMixin
 from afd_plugin.runtime.ffn_runner import AFDFFNRunnerMixin
 from afd_plugin.runtime.model_loading import load_role_model
+from afd_plugin.step_kind import StepKind
 
 
 class AFDAttentionCPUModelRunner(AFDAttentionRunnerMixin, CPUModelRunner):
@@ -21,12 +23,12 @@ class AFDAttentionCPUModelRunner(AFDAttentionRunnerMixin, CPUModelRunner):
     def load_model(self, load_dummy_weights: bool = False) -> None:
         if load_dummy_weights:
             raise ValueError("AFD attention role: dummy weights are not supported")
-        self.model = load_role_model(self.vllm_config, "attention")
-        # Nothing wraps the model on CPU (no micro-batching); rendezvous last.
-        self.afd_finish_load(self.model)
+        self.model = load_role_model(self.vllm_config, self.afd_config)
+        # Nothing of vLLM wraps the model on CPU (no micro-batching).
+        self.afd_finish_load(self.model)  # AFD-I3: rendezvous last
 
     def warming_up_model(self) -> None:
-        with self.afd_step_kind("warmup"):
+        with self.afd_step_kind(StepKind.WARMUP):
             super().warming_up_model()
 
 
@@ -36,7 +38,7 @@ class AFDFFNCPUModelRunner(AFDFFNRunnerMixin, CPUModelRunner):
     def load_model(self, load_dummy_weights: bool = False) -> None:
         if load_dummy_weights:
             raise ValueError("AFD ffn role: dummy weights are not supported")
-        self.model = load_role_model(self.vllm_config, "ffn")
+        self.model = load_role_model(self.vllm_config, self.afd_config)
         self.afd_connector.bind(self.model.afd_spec)
 
     def execute_model(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``AFDAttentionGPUWorker``: vLLM's GPU Worker running the attention role,
 with the AFD runner for model runner V1 or V2 (whichever vLLM selected).
 """

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``AFDFFNGPUWorker``: vLLM's GPU Worker running the FFN role.
 
 No KV cache, no scheduler work, no vLLM warm-up or capture of its own: after

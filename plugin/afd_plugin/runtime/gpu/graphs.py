@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The CUDA graph backend of the FFN graph cache: ``torch.cuda.CUDAGraph``
 recorded with ``torch.cuda.graph(...)`` in one memory pool per FFN runner.
 """

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The CUDA role runners on vLLM's model runner V1 (``GPUModelRunner``) plus
 the role mixins.
 
@@ -20,11 +21,11 @@ from vllm.v1.worker.gpu_ubatch_wrapper import UBatchWrapper
 
 from afd_plugin.connectors.base import AFDConnector
 from afd_plugin.runtime.attention_runner import AFDAttentionRunnerMixin, AFDStepEntry
-from afd_plugin.runtime.ffn_daemon import FFNBranch
 from afd_plugin.runtime.ffn_graphs import FFNGraphCache
 from afd_plugin.runtime.ffn_runner import AFDFFNRunnerMixin
 from afd_plugin.runtime.model_loading import load_role_model
-from afd_plugin.runtime.role import graph_mode_of
+from afd_plugin.step_kind import StepKind
+from afd_plugin.vllm_view import graph_mode_of
 from afd_plugin.wire import AFDControlPayload
 
 
@@ -36,16 +37,11 @@ class AFDAttentionGPUModelRunner(AFDAttentionRunnerMixin, GPUModelRunner):
     ) -> None:
         if load_dummy_weights or model is not None:
             raise ValueError("AFD attention role: the role model is built by AFD")
-        super().load_model(model=load_role_model(self.vllm_config, "attention"))
-        raw = self.get_model()
-        # Outermost, outside vLLM's graph and micro-batch wrappers.
-        self.model = AFDStepEntry(self.model, self.afd_begin_step)
-        self.afd_finish_load(raw)  # AFD-I3: rendezvous last
-
-    def get_model(self) -> nn.Module:
-        if isinstance(self.model, AFDStepEntry):
-            return self.model.unwrap()
-        return super().get_model()
+        role_model = load_role_model(self.vllm_config, self.afd_config)
+        super().load_model(model=role_model)
+        # The step entry goes outermost, outside vLLM's graph and micro-batch
+        # wrappers; AFD-I3: rendezvous last.
+        self.afd_finish_load(role_model)
 
     def _afd_runs_graph(self) -> bool:
         context = get_forward_context()
@@ -63,7 +59,7 @@ class AFDAttentionGPUModelRunner(AFDAttentionRunnerMixin, GPUModelRunner):
         )
 
     def _warmup_and_capture(self, *args: Any, **kwargs: Any) -> Any:
-        with self.afd_step_kind("warmup"):
+        with self.afd_step_kind(StepKind.WARMUP):
             return super()._warmup_and_capture(*args, **kwargs)
 
     def _dummy_run(self, *args: Any, **kwargs: Any) -> Any:
@@ -97,10 +93,10 @@ class CudaFFNRunnerMixin(AFDFFNRunnerMixin):
         return self.device
 
     def afd_serve_step(
-        self, payloads: tuple[AFDControlPayload, ...], branch: FFNBranch
+        self, payloads: tuple[AFDControlPayload, ...], kind: StepKind
     ) -> None:
         torch.cuda.set_device(self.device)  # the daemon's own thread
-        super().afd_serve_step(payloads, branch)
+        super().afd_serve_step(payloads, kind)
 
     def load_model(
         self,
@@ -111,7 +107,7 @@ class CudaFFNRunnerMixin(AFDFFNRunnerMixin):
     ) -> None:
         if load_dummy_weights or model is not None:
             raise ValueError("AFD ffn role: the role model is built by AFD")
-        self.model = load_role_model(self.vllm_config, "ffn")
+        self.model = load_role_model(self.vllm_config, self.afd_config)
         self.afd_connector.bind(self.model.afd_spec)
 
     def get_model(self) -> nn.Module:

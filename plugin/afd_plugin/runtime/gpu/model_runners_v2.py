@@ -1,9 +1,11 @@
+# SPDX-License-Identifier: Apache-2.0
 """The CUDA role runners on vLLM's model runner V2
 (``vllm.v1.worker.gpu.model_runner.GPUModelRunner``) plus the role mixins.
 
 V2 replays full graphs through its graph manager without calling the model,
-so the attention side announces a replay in a wrapper of the manager's
-``run_fullgraph``; eager steps and captures go through ``AFDStepEntry``.
+so a replayed step begins in the manager's ``run_fullgraph``
+(``patches/v2_run_fullgraph.py``) and every other step (eager, capture) in
+``AFDStepEntry``: the two paths are disjoint, one entry per step.
 V2 pairs run without micro-batching here (AFD-I8 constraints come from the
 shared validator; DBO on V2 is refused at construction).
 """
@@ -18,9 +20,11 @@ from vllm.config import VllmConfig
 from vllm.v1.worker.gpu.model_runner import GPUModelRunner as GPUModelRunnerV2
 
 from afd_plugin.connectors.base import AFDConnector
-from afd_plugin.runtime.attention_runner import AFDAttentionRunnerMixin, AFDStepEntry
+from afd_plugin.patches.v2_run_fullgraph import announce_before_replay
+from afd_plugin.runtime.attention_runner import AFDAttentionRunnerMixin
 from afd_plugin.runtime.gpu.model_runners import CudaFFNRunnerMixin
 from afd_plugin.runtime.model_loading import load_role_model
+from afd_plugin.step_kind import StepKind
 
 
 def refuse_ubatching(vllm_config: VllmConfig, role: str) -> None:
@@ -49,28 +53,18 @@ class AFDAttentionGPUModelRunnerV2(AFDAttentionRunnerMixin, GPUModelRunnerV2):
     ) -> None:
         if load_dummy_weights or model is not None:
             raise ValueError("AFD attention role: the role model is built by AFD")
-        role_model = load_role_model(self.vllm_config, "attention")
+        role_model = load_role_model(self.vllm_config, self.afd_config)
         super().load_model(*args, model=role_model, **kwargs)
-        self.model = AFDStepEntry(self.model, self.afd_begin_step)
         self.afd_finish_load(role_model)  # AFD-I3: rendezvous last
-
-    def get_model(self) -> nn.Module:
-        model = self.model
-        return model.unwrap() if isinstance(model, AFDStepEntry) else model
 
     def initialize_kv_cache(self, *args: Any, **kwargs: Any) -> None:
         super().initialize_kv_cache(*args, **kwargs)
-        manager = self.cudagraph_manager
-        if manager is None:
-            return
-        replay = manager.run_fullgraph
+        if self.cudagraph_manager is not None:
+            announce_before_replay(self.cudagraph_manager, self._afd_begin_replay)
 
-        def run_fullgraph(desc: Any) -> Any:
-            # Outside the graph: the replayed Python never runs.
-            self.afd_announce(self.afd_plan_step(desc.num_tokens, None, True))
-            return replay(desc)
-
-        manager.run_fullgraph = run_fullgraph
+    def _afd_begin_replay(self, desc: Any) -> None:
+        """The entry of a replayed step, outside the graph."""
+        self.afd_announce(self.afd_plan_step(desc.num_tokens, None, True))
 
     def _afd_runs_graph(self) -> bool:
         # V2 captures inside its graph manager with the forward context in
@@ -79,7 +73,7 @@ class AFDAttentionGPUModelRunnerV2(AFDAttentionRunnerMixin, GPUModelRunnerV2):
 
     def capture_model(self, *args: Any, **kwargs: Any) -> int:
         # The eager pass before each capture is a warm-up step.
-        with self.afd_step_kind("warmup"), self.afd_capturing():
+        with self.afd_step_kind(StepKind.WARMUP), self.afd_capturing():
             return super().capture_model(*args, **kwargs)
 
 

@@ -1,6 +1,7 @@
+# SPDX-License-Identifier: Apache-2.0
 """The lm-eval side of the GSM8K gate: runs in its own offline interpreter.
 
-``python -m afd_e2e.checks.gsm8k_lmeval SPEC.json``; gsm8k.py starts it.
+``python -m afd_e2e.checks.gsm8k.lmeval SPEC.json``; worker.py starts it.
 It writes a task config that points lm-eval's own gsm8k task at local files,
 runs ``simple_evaluate`` with the ``local-completions`` backend (a subclass
 that only counts finished requests for the progress line) and saves lm-eval's
@@ -16,11 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from afd_e2e.checks.gsm8k.protocol import CHILD_MODULE, DONE, ERROR, PROGRESS
+
 TASK_NAME = "gsm8k"
 MODEL_NAME = "afd-local-completions"
-PROGRESS = "AFD_GSM8K_PROGRESS"
-DONE = "AFD_GSM8K_DONE"
-ERROR = "AFD_GSM8K_ERROR"
 PROGRESS_INTERVAL_S = 1.0
 
 logger = logging.getLogger("afd_e2e.gsm8k")
@@ -215,7 +215,7 @@ def failure_detail(exc: BaseException, server_said: str) -> str:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m afd_e2e.checks.gsm8k_lmeval SPEC.json", file=sys.stderr)
+        print(f"usage: python -m {CHILD_MODULE} SPEC.json", file=sys.stderr)
         return 2
     spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     reasons = ServerReasons()

@@ -1,24 +1,17 @@
-"""What the attention side announces for one step: the token counts of each
-micro-batch stage and the step kind, as ``AFDControlPayload``s (AFD-I10).
+# SPDX-License-Identifier: Apache-2.0
+"""The step protocol: the payloads of one step (one per micro-batch stage, each
+with the step kind) and the rows each stage moves (AFD-I10).
 
-Pure: no torch, no vLLM; the attention runner of every platform uses it.
+Pure: the attention side builds payloads here, connectors size stages and the
+FFN daemon picks stages from them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from afd_plugin.step_kind import StepKind
 from afd_plugin.wire import AFDControlPayload
-
-STEP_KINDS = ("eager", "warmup", "profile", "capture", "replay")
-"""``capture``: the attention side records a graph (``is_graph`` and
-``is_warmup``: nothing it computes is kept); ``replay``: it replays one
-(``is_graph`` only). Both carry the padded graph size as ``max_count``."""
-
-MARKED_KINDS = ("eager", "warmup", "profile")
-"""Kinds a runner marks around vLLM's calls; graph kinds are derived."""
-
-GRAPH_KINDS = ("capture", "replay")
 
 
 def block_token_counts(
@@ -37,44 +30,33 @@ def block_token_counts(
 
 def step_payload(
     counts: tuple[int, ...],
-    kind: str,
+    kind: StepKind | str,
     stage: int = 0,
     graph_size: int | None = None,
 ) -> AFDControlPayload:
-    """The payload of one stage. Graph kinds need ``graph_size``, the padded
-    size every rank of the block sends (the FFN graph's receive size)."""
-    if kind not in STEP_KINDS:
-        raise ValueError(f"step kind must be one of {STEP_KINDS}, got {kind!r}")
-    is_graph = kind in GRAPH_KINDS
-    if is_graph and graph_size is None:
-        raise ValueError(f"a {kind} step needs the padded graph size")
-    if not is_graph and graph_size is not None:
-        raise ValueError(f"a {kind} step has no graph size, got {graph_size}")
-    return AFDControlPayload(
-        stage_key=stage,
-        token_counts=counts,
-        max_count=graph_size if graph_size is not None else max(counts),
-        is_graph=is_graph,
-        is_warmup=kind in ("warmup", "capture"),
-        is_profile=kind == "profile",
-    )
+    """The payload of one stage. Graph kinds (capture, replay) need
+    ``graph_size``, the padded size every rank of the block sends (the FFN
+    graph's receive size, carried as ``max_count``)."""
+    kind = _kind(kind)
+    if kind.is_graph and graph_size is None:
+        raise ValueError(f"a {kind.value} step needs the padded graph size")
+    if not kind.is_graph and graph_size is not None:
+        raise ValueError(f"a {kind.value} step has no graph size, got {graph_size}")
+    max_count = graph_size if graph_size is not None else max(counts)
+    return AFDControlPayload.of_kind(kind, stage, counts, max_count)
 
 
-def resolve_step_kind(marked: str, runs_graph: bool, capturing: bool) -> str:
-    """The kind of a step from what the runner marked around it (``eager``,
-    ``warmup`` or ``profile``) and how vLLM runs it: a profile step never
-    uses a graph; a graph step is a capture while vLLM captures, else a
-    replay."""
-    if marked not in MARKED_KINDS:
-        raise ValueError(f"marked kind must be one of {MARKED_KINDS}, got {marked!r}")
-    if marked == "profile" or not runs_graph:
-        return marked
-    return "capture" if capturing else "replay"
+def _kind(kind: StepKind | str) -> StepKind:
+    try:
+        return StepKind(kind)
+    except ValueError:
+        allowed = ", ".join(k.value for k in StepKind)
+        raise ValueError(f"step kind must be one of {allowed}, got {kind!r}") from None
 
 
 def stage_payloads(
     stage_counts: Sequence[tuple[int, ...]],
-    kind: str,
+    kind: StepKind | str,
     stages: int,
     graph_sizes: Sequence[int] | None = None,
 ) -> tuple[AFDControlPayload, ...]:
@@ -118,7 +100,7 @@ def dual_ubatch_tokens(payloads: Sequence[AFDControlPayload]) -> tuple[int, ...]
     """Tokens per micro-batch when a step really ran two or more non-empty
     micro-batches (what the evidence record reports), else None. A capture
     step moves no data and is never evidence."""
-    if len(payloads) < 2 or (payloads[0].is_graph and payloads[0].is_warmup):
+    if len(payloads) < 2 or payloads[0].kind is StepKind.CAPTURE:
         return None
     totals = tuple(p.total_tokens for p in payloads)
     if sum(1 for t in totals if t > 0) < 2:

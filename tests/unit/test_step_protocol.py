@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the attention side announces per step: block token counts for DP and
 TP layouts, step kinds (capture and replay included), per-stage payloads and
 the bytes that go on the wire.
@@ -10,11 +11,11 @@ import json
 import pytest
 
 from afd_plugin.graph_policy import make_ffn_graph_key
-from afd_plugin.runtime.step_payload import (
+from afd_plugin.step_kind import StepKind, resolve_step_kind
+from afd_plugin.step_protocol import (
     block_token_counts,
     dual_ubatch_tokens,
     live_stages,
-    resolve_step_kind,
     stage_payloads,
     stage_rows,
     step_payload,
@@ -56,6 +57,7 @@ def test_step_kinds_set_the_payload_flags(
     kind: str, graph_size: int | None, flags: tuple[bool, bool, bool]
 ) -> None:
     payload = step_payload((3, 0), kind, graph_size=graph_size)
+    assert payload.kind is StepKind(kind)
     assert (payload.is_graph, payload.is_warmup, payload.is_profile) == flags
     assert payload.max_count == (graph_size or 3) and payload.total_tokens == 3
 
@@ -85,7 +87,7 @@ def test_graph_kinds_need_the_padded_size_and_others_refuse_one() -> None:
 def test_step_kind_resolution(
     marked: str, graph: bool, capturing: bool, kind: str
 ) -> None:
-    assert resolve_step_kind(marked, graph, capturing) == kind
+    assert resolve_step_kind(marked, graph, capturing) is StepKind(kind)
 
 
 def test_unsplit_step_fills_the_second_stage_with_zero_tokens() -> None:

@@ -1,7 +1,10 @@
+# SPDX-License-Identifier: Apache-2.0
 """The per-step AFD metadata, kept only at
 ``forward_context.additional_kwargs['afd_metadata']`` (AFD-I9).
 
-Both roles, every platform, read and write this one key. Not a stable API.
+The attention runner of every platform writes this one key and the role
+models read it; it sits beside the models so that imports point down
+(runtime -> models). Not a stable API.
 """
 
 from __future__ import annotations
@@ -35,13 +38,6 @@ class AFDForwardMetadata:
 def install_metadata(metadata: AFDForwardMetadata) -> None:
     """Put ``metadata`` in the current forward context (must be set)."""
     get_forward_context().additional_kwargs[METADATA_KEY] = metadata
-
-
-def has_metadata() -> bool:
-    return (
-        is_forward_context_available()
-        and METADATA_KEY in get_forward_context().additional_kwargs
-    )
 
 
 def current_metadata() -> AFDForwardMetadata:

@@ -1,6 +1,7 @@
+# SPDX-License-Identifier: Apache-2.0
 """The GSM8K gate's rules: environment overrides, CI refusals, DBO floors, verdict.
 
-Pure functions over plain values; gsm8k.py wires them to the lm-eval run.
+Pure functions over plain values; run.py wires them to the lm-eval run.
 """
 
 from __future__ import annotations

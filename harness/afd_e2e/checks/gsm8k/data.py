@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Where the GSM8K test and few-shot (train) splits come from: local files only.
 
 Resolves ``--data`` / ``AFD_GSM8K_DATA`` to the two split files and checks them.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """GSM8K-format items generated locally, for runs that have no real data set:
 a question, a worked answer and ``#### <number>``, deterministic by seed."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Route the ``afd_plugin`` logger into vLLM's logger, so AFD lines appear in
 a server's log with vLLM's format and process prefix.
 """

@@ -1,0 +1,171 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The plugin's import graph, read with ``ast`` (nothing is imported): imports
+point down, runtime -> models -> connectors -> pure core, and patches sit
+beside the runtime without importing it or the models.
+
+Every import statement counts, lazy ones inside functions and type-only ones
+alike: a layer that needs a name from above is in the wrong place.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PLUGIN = ROOT / "plugin" / "afd_plugin"
+HARNESS = ROOT / "harness" / "afd_e2e"
+
+# ARCHITECTURE's pure core, and the pure modules it is built from.
+CORE = {
+    "afd_plugin",
+    "afd_plugin.config",
+    "afd_plugin.validation",
+    "afd_plugin.topology",
+    "afd_plugin.wire",
+    "afd_plugin.graph_policy",
+    "afd_plugin.envs",
+    "afd_plugin.connectors.registry",
+    "afd_plugin.connectors.cpu.schema",
+    "afd_plugin.connectors.gpu.schema",
+    "afd_plugin.connectors.npu.schema",
+    "afd_plugin.connectors.extra_config",
+    "afd_plugin.errors",
+    "afd_plugin.evidence",
+    "afd_plugin.model_support",
+    "afd_plugin.step_kind",
+    "afd_plugin.step_protocol",
+    "afd_plugin.version",
+    "afd_plugin.worker_selection",
+}
+DEVICE_LIBRARIES = ("torch", "vllm", "torch_npu", "vllm_ascend")
+# register(), the entry point in the top-level package, applies the patches
+# (lazily, inside the function): the one import from the core upwards.
+ENTRY_POINT_IMPORTS = {"afd_plugin": {"afd_plugin.patches"}}
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def plugin_modules() -> dict[str, Path]:
+    return {module_name(p, PLUGIN): p for p in sorted(PLUGIN.rglob("*.py"))}
+
+
+@cache
+def imports_of(path: Path, root: Path | None = None) -> frozenset[str]:
+    """Every module an import statement of ``path`` (a module of the package
+    at ``root``) names, relative ones resolved; ``from a import b`` names
+    ``a`` and ``a.b``."""
+    tree = ast.parse(path.read_text(), str(path))
+    if root is None:
+        root = PLUGIN if PLUGIN in path.parents else HARNESS
+    package = module_name(path, root)
+    if path.name != "__init__.py":
+        package = package.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return frozenset(found)
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in (
+        "connectors", "models", "runtime", "patches"
+    ) else "core"
+
+
+def offenders(source_layer: str, forbidden: tuple[str, ...]) -> list[str]:
+    out = []
+    for name, path in plugin_modules().items():
+        if layer(name) != source_layer:
+            continue
+        for target in sorted(imports_of(path)):
+            if any(target == f or target.startswith(f + ".") for f in forbidden):
+                out.append(f"{path.relative_to(ROOT)} imports {target}")
+    return out
+
+
+def test_connectors_import_neither_runtime_nor_models_nor_patches() -> None:
+    assert offenders(
+        "connectors",
+        ("afd_plugin.runtime", "afd_plugin.models", "afd_plugin.patches"),
+    ) == []
+
+
+def test_models_do_not_import_the_runtime() -> None:
+    """runtime -> models, never back."""
+    assert offenders("models", ("afd_plugin.runtime",)) == []
+
+
+def test_patches_import_neither_runtime_nor_models() -> None:
+    """runtime -> patches (and models -> patches for the build-time swap),
+    never back."""
+    assert offenders("patches", ("afd_plugin.runtime", "afd_plugin.models")) == []
+
+
+def test_the_runtime_is_imported_by_nothing_below_it() -> None:
+    for source in ("core", "connectors", "models", "patches"):
+        assert offenders(source, ("afd_plugin.runtime",)) == [], source
+
+
+def test_the_pure_core_imports_only_the_pure_core() -> None:
+    """No torch, vLLM or device library, not even lazily, and no plugin module
+    outside the core."""
+    modules = plugin_modules()
+    assert set(modules) >= CORE, sorted(CORE - set(modules))
+    problems = []
+    for name in sorted(CORE):
+        for target in sorted(imports_of(modules[name])):
+            top = target.split(".")[0]
+            if top in DEVICE_LIBRARIES:
+                problems.append(f"{name} imports {target}")
+            elif top == "afd_plugin" and target not in CORE:
+                parent = target.rpartition(".")[0]
+                allowed = ENTRY_POINT_IMPORTS.get(name, set())
+                if parent not in CORE and not {target, parent} & allowed:
+                    problems.append(f"{name} imports {target}")
+    assert problems == []
+
+
+@pytest.mark.parametrize(
+    "path", sorted(HARNESS.rglob("*.py")), ids=lambda p: str(p.relative_to(HARNESS))
+)
+def test_the_harness_imports_only_the_plugins_pure_core(path: Path) -> None:
+    plugin_imports = [t for t in imports_of(path) if t.split(".")[0] == "afd_plugin"]
+    outside = [
+        t for t in plugin_imports if t not in CORE and t.rpartition(".")[0] not in CORE
+    ]
+    assert outside == []
+
+
+def test_the_reader_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
+    package = tmp_path / "afd_plugin"
+    (package / "connectors").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "connectors" / "__init__.py").write_text("")
+    sample = package / "connectors" / "x.py"
+    sample.write_text(
+        "from ..runtime import role\n"
+        "def f():\n"
+        "    import afd_plugin.models.qwen3_moe\n"
+    )
+    found = imports_of(sample, package)
+    assert {"afd_plugin.runtime", "afd_plugin.runtime.role"} <= found
+    assert "afd_plugin.models.qwen3_moe" in found
