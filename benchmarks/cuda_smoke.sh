@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # CUDA smoke run of the AFD runtime on ONE GPU, for a session lent one GPU
 # (one H200, 15 minutes of device time). Installs nothing: the machine has no
 # network, so the venv given as AFD_SMOKE_VENV (default .venv-cuda, carried
