@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Decode throughput of a 1A1F AFD deployment on the CPU as a ratio to
 colocated vLLM, and the per-layer gloo exchange round trip as a ratio to an
 in-process copy of the same tensor; both measured in the same run.
@@ -18,13 +19,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from afd_e2e.launch import free_port
+from afd_e2e.servers import VllmServer, VllmServers
+from afd_e2e.tiny_model import build_tiny_model
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "e2e"))
-
-from vllm_servers import Servers, VllmServer  # noqa: E402
-
-from afd_e2e.launch import free_port  # noqa: E402
-from afd_e2e.tiny_model import build_tiny_model  # noqa: E402
 
 BATCHES = (1, 8, 32)
 EXCHANGE_SHAPES = ((1, 64), (8, 64), (32, 64), (8, 2048), (64, 7168))
@@ -52,9 +51,10 @@ def measure_servers(
     model: Path, logs: Path, new_tokens: int, samples: int
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"colocated": {}, "afd_1a1f": {}, "ready_s": {}}
-    servers = Servers(logs)
-    try:
-        baseline = servers.start(VllmServer("colocated", model, logs)).wait_ready()
+    # Leaving the block stops every server; one that needed SIGKILL or left a
+    # process behind raises ServerTeardownError.
+    with VllmServers(logs) as servers:
+        baseline = servers.start("colocated", model).wait_ready()
         out["ready_s"]["colocated"] = baseline.ready_after_s
         for batch in BATCHES:
             out["colocated"][batch] = decode_rate(baseline, batch, new_tokens, samples)
@@ -64,10 +64,6 @@ def measure_servers(
         out["ready_s"]["afd_attention"] = attention.ready_after_s
         for batch in BATCHES:
             out["afd_1a1f"][batch] = decode_rate(attention, batch, new_tokens, samples)
-    finally:
-        problems = servers.stop_all()
-    if problems:
-        raise RuntimeError("; ".join(problems))
     return out
 
 
@@ -77,10 +73,9 @@ def measure_servers(
 def _connector(role: str, port: int) -> Any:
     from afd_plugin.config import AFDConfig
     from afd_plugin.connectors.cpu.p2p_gloo import P2pGlooAFDConnector
-    from afd_plugin.connectors.cpu.schema import P2pGlooExtraConfig
 
     config = AFDConfig(role=role, connector="P2pGlooAFDConnector", port=port)
-    return P2pGlooAFDConnector(config, 0, P2pGlooExtraConfig())
+    return P2pGlooAFDConnector(config, 0)
 
 
 def _spec(hidden: int) -> Any:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """CUDA smoke run of the AFD runtime on ONE GPU (both roles on the same device):
 the FFN graph cache on CUDA graphs, the connector's host transport serving a
 two-micro-batch step through the FFN daemon (warm-up, capture, replay), and
@@ -19,19 +20,16 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 import traceback
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from afd_e2e.launch import free_port
+from afd_e2e.servers import VllmServers
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -89,13 +87,14 @@ def _spec(stages: int) -> Any:
 def _connector(role: str, port: int, stages: int) -> Any:
     from afd_plugin.config import AFDConfig
     from afd_plugin.connectors.gpu.p2p_nccl import P2pNcclAFDConnector
-    from afd_plugin.connectors.registry import AFDConnectorFactory
 
-    config = AFDConfig(role=role, connector="P2pNcclAFDConnector", port=port)
-    extra = AFDConnectorFactory.parse_extra_config(
-        "P2pNcclAFDConnector", {"transport": "host", "peer_timeout_s": 120.0}
+    config = AFDConfig(
+        role=role,
+        connector="P2pNcclAFDConnector",
+        port=port,
+        connector_extra_config={"transport": "host", "peer_timeout_s": 120.0},
     )
-    conn = P2pNcclAFDConnector(config, 0, extra)
+    conn = P2pNcclAFDConnector(config, 0)
     conn.bind(_spec(stages))
     return conn
 
@@ -134,7 +133,7 @@ def check_host_daemon(stages: int) -> dict[str, Any]:
     import torch
 
     from afd_plugin.runtime.ffn_schedule import exchange_schedule
-    from afd_plugin.runtime.step_payload import stage_payloads
+    from afd_plugin.step_protocol import stage_payloads
 
     torch.cuda.set_device(0)
     ctx = mp.get_context("spawn")
@@ -181,58 +180,7 @@ def check_host_daemon(stages: int) -> dict[str, Any]:
 # -- 3. token parity of an eager AFD pair on one GPU -------------------------
 
 
-class Server:
-    def __init__(self, name: str, model: Path, logs: Path, args: list[str]) -> None:
-        self.name, self.port = name, free_port()
-        self.log = logs / f"{name}.log"
-        argv = [
-            sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(model), "--host", "127.0.0.1", "--port", str(self.port),
-            "--max-model-len", "512", "--max-num-seqs", "8", "--seed", "0",
-            *args,
-        ]  # fmt: skip
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
-
-    def wait_ready(self, timeout_s: float = 300.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                tail = self.log.read_text(errors="replace")[-4000:]
-                raise RuntimeError(
-                    f"{self.name} exited {self.proc.returncode}:\n{tail}"
-                )
-            try:
-                url = f"http://127.0.0.1:{self.port}/health"
-                with urllib.request.urlopen(url, timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(1)
-        raise RuntimeError(f"{self.name} not ready after {timeout_s}s")
-
-    def complete(self, prompt: str) -> str:
-        body = json.dumps(
-            {"prompt": prompt, "max_tokens": 16, "temperature": 0.0, "seed": 0}
-        ).encode()
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{self.port}/v1/completions",
-            data=body,
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=120) as r:
-            return json.load(r)["choices"][0]["text"]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+CUDA_ARGS = ("--max-model-len", "512", "--max-num-seqs", "8", "--seed", "0")
 
 
 def check_parity(logs: Path) -> dict[str, Any]:
@@ -240,31 +188,18 @@ def check_parity(logs: Path) -> dict[str, Any]:
 
     model = build_tiny_model("deepseek_v2")
     common = ["--enforce-eager", "--gpu-memory-utilization", "0.2"]
-    baseline = Server("colocated", model, logs, common)
-    try:
-        baseline.wait_ready()
-        expected = [baseline.complete(p) for p in PROMPTS]
-    finally:
+    host = {"transport": "host"}
+    with VllmServers(logs, env={}, base_args=CUDA_ARGS) as servers:
+        baseline = servers.start("colocated", model, extra_args=common)
+        expected = baseline.wait_ready(300).complete_each(PROMPTS)
         baseline.stop()
-    port = free_port()
-
-    def afd(role: str) -> list[str]:
-        cfg = {
-            "role": role,
-            "connector": "P2pNcclAFDConnector",
-            "port": port,
-            "connector_extra_config": {"transport": "host"},
-        }
-        return [*common, "--additional-config", json.dumps({"afd": cfg})]
-
-    ffn = Server("ffn", model, logs, afd("ffn"))
-    attention = Server("attention", model, logs, afd("attention"))
-    try:
-        attention.wait_ready()
-        got = [attention.complete(p) for p in PROMPTS]
-    finally:
-        attention.stop()
-        ffn.stop()
+        ffn, attention = servers.afd_pair(
+            model,
+            args=common,
+            connector="P2pNcclAFDConnector",
+            connector_extra_config=host,
+        )
+        got = attention.wait_ready(300).complete_each(PROMPTS)
     same = [a == b for a, b in zip(expected, got, strict=True)]
     return {"ok": all(same), "same": same, "colocated": expected, "afd": got}
 

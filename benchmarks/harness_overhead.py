@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Overhead of the harness process manager against bare Popen/poll/terminate/wait.
 
 Both start the same N fake role servers in the same run, interleaved; medians.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Role server processes of one run: start, wait until serving, tear down.
 
 Teardown is strict: SIGTERM, one shared grace deadline, and any SIGKILL fails it.
@@ -5,17 +6,16 @@ Teardown is strict: SIGTERM, one shared grace deadline, and any SIGKILL fails it
 
 from __future__ import annotations
 
-import datetime
 import logging
 import math
 import os
 import re
-import secrets
+import select
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +41,6 @@ __all__ = [
     "RoleError",
     "RoleProcess",
     "TeardownRecord",
-    "new_run_id",
     "tail_lines",
 ]
 
@@ -54,12 +53,6 @@ NOT_READY_TAIL_LINES = 20
 
 _ROLE_RE = re.compile(r"[a-z][a-z0-9_-]*\Z")
 _RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
-
-
-def new_run_id(scenario_id: str) -> str:
-    """A fresh run id: ``<scenario>-<UTC time>-<random>``."""
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return f"{scenario_id}-{stamp}-{secrets.token_hex(3)}"
 
 
 # --------------------------------------------------------------------- specs
@@ -189,6 +182,7 @@ class RoleProcess:
     started_at: float
     """``time.monotonic()`` at launch."""
     pidfd: int
+    """Pins the process until its teardown closes it (then -1)."""
     ready_after_s: float | None = None
     """Seconds from launch to ready, once ready."""
     echo: _LogEcho | None = None
@@ -213,6 +207,15 @@ class RoleProcess:
             return info.si_status
         return -info.si_status
 
+    def wait_exit(self, timeout_s: float) -> int | None:
+        """Wait up to ``timeout_s`` for the process to exit; its exit code, or
+        None while it still runs. Never reaps the child (the manager does)."""
+        if self.popen.returncode is None and self.pidfd >= 0:
+            poller = select.poll()
+            poller.register(self.pidfd, select.POLLIN)
+            poller.poll(max(0, math.ceil(timeout_s * 1000)))
+        return self.exit_code()
+
 
 # ------------------------------------------------------------------ manager
 
@@ -224,7 +227,9 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
     environment; its output goes to ``<run_dir>/<role>-<rank>.log`` and, with
     ``echo``, to stderr prefixed ``[role:rank]``. :meth:`stop` (also run on
     leaving the ``with`` block) never raises for process trouble: it returns a
-    :class:`TeardownRecord`.
+    :class:`TeardownRecord`. A process may be started after others are ready,
+    and torn down early by :meth:`stop_process` while the others keep running;
+    :meth:`stop`'s record covers those too.
     """
 
     def __init__(
@@ -260,6 +265,8 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
         self.echo = echo
         self.progress_every_s = progress_every_s
         self._procs: list[RoleProcess] = []
+        self._stopped: dict[str, TeardownRecord] = {}
+        """Records of the processes :meth:`stop_process` tore down, in order."""
         self._record: TeardownRecord | None = None
 
     # -- starting
@@ -327,9 +334,16 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
 
     # -- readiness
 
+    def running(self) -> tuple[RoleProcess, ...]:
+        """Started processes not torn down yet (by :meth:`stop_process`)."""
+        if self._record is not None:
+            return ()
+        return tuple(p for p in self._procs if p.name not in self._stopped)
+
     def check_alive(self, during: str = "the run") -> None:
-        """Raise :class:`ProcessDiedError` for the first role process that exited."""
-        for proc in self._procs:
+        """Raise :class:`ProcessDiedError` for the first running process that
+        exited (one torn down by :meth:`stop_process` is not checked)."""
+        for proc in self.running():
             code = proc.exit_code()
             if code is None:
                 continue
@@ -351,25 +365,30 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
         timeout_s: float,
         *,
         poll_s: float = 0.2,
+        names: Collection[str] | None = None,
     ) -> dict[str, float]:
         """Poll until every process is ready; returns ``role:rank`` -> seconds.
 
-        A process without a probe (or a None probe) is ready while alive. Each
-        poll first checks every child: one that exited raises
-        :class:`ProcessDiedError` at once. Past ``timeout_s``,
-        :class:`ReadinessTimeoutError` names every role not ready.
+        A process without a probe (or a None probe) is ready while alive; one
+        ready before is not probed again. With ``names``, only those processes
+        are awaited (and returned). Each poll first checks every running
+        child, awaited or not: one that exited raises :class:`ProcessDiedError`
+        at once. Past ``timeout_s``, :class:`ReadinessTimeoutError` names every
+        role not ready. Every ``progress_every_s`` one line on stderr shows
+        each pending role's age and last probe result.
         """
-        known = {p.name: p for p in self._procs}
-        unknown = sorted(set(probes) - set(known))
+        known = {p.name: p for p in self.running()}
+        awaited = list(known) if names is None else list(dict.fromkeys(names))
+        unknown = sorted((set(probes) | set(awaited)) - set(known))
         if unknown:
-            raise ValueError(f"probes for processes never started: {unknown}")
+            raise ValueError(f"not running under this manager: {unknown}")
         start = time.monotonic()
         deadline = start + timeout_s
         next_progress = start + (self.progress_every_s or math.inf)
         pending = {
             name: probes.get(name)
-            for name, proc in known.items()
-            if proc.ready_after_s is None
+            for name in awaited
+            if known[name].ready_after_s is None
         }
         seen: dict[str, str] = {}
         while True:
@@ -386,19 +405,26 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
             now = time.monotonic()
             if not pending:
                 self.check_alive("start-up")
-                return {n: p.ready_after_s or 0.0 for n, p in known.items()}
+                return {n: known[n].ready_after_s or 0.0 for n in awaited}
             if now >= deadline:
                 raise self._not_ready(pending, seen, now - start)
             if now >= next_progress:
                 next_progress = now + (self.progress_every_s or math.inf)
-                for name in pending:
-                    last = tail_lines(known[name].log_path, 1)
-                    say(
-                        f"afd-e2e: waiting for {name}: {now - start:.0f} s, "
-                        f"{seen.get(name, 'not probed yet')}; last log line: "
-                        f"{last[0] if last else '(none)'!r}"
-                    )
+                say(self._progress_line(pending, seen, now - start))
             time.sleep(max(0.0, min(poll_s, deadline - now)))
+
+    def _progress_line(
+        self, pending: Iterable[str], seen: Mapping[str, str], waited: float
+    ) -> str:
+        """``afd-e2e: waiting 35 s: attention:0 35 s (GET /health: ...), ...``"""
+        now = time.monotonic()
+        by_name = {p.name: p for p in self._procs}
+        roles = ", ".join(
+            f"{name} {now - by_name[name].started_at:.0f} s "
+            f"({seen.get(name, 'not probed yet')})"
+            for name in pending
+        )
+        return f"afd-e2e: waiting {waited:.0f} s: {roles}"
 
     def _not_ready(
         self, pending: Mapping[str, object], seen: Mapping[str, str], waited: float
@@ -432,39 +458,79 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
         self.stop()
 
     def stop(self) -> TeardownRecord:
-        """Tear everything down (idempotent); signals are deferred meanwhile."""
+        """Tear everything down (idempotent); signals are deferred meanwhile.
+
+        The record also holds what :meth:`stop_process` did earlier, and every
+        process with this run's marker counts: a leftover of an early-stopped
+        process is signalled (and named) here too.
+        """
         if self._record is None:
             with shielded(deliver=False):
                 try:
-                    self._record = self._teardown()
+                    final = self._teardown(self.running(), only=None)
                 except BaseException as exc:  # a harness bug: fail, never retry
-                    self._record = TeardownRecord(self.grace_s, self.marker_scan)
-                    self._record.errors.append(f"teardown crashed: {exc!r}")
+                    final = TeardownRecord(self.grace_s, self.marker_scan)
+                    final.errors.append(f"teardown crashed: {exc!r}")
+                    self._record = _merged([*self._stopped.values(), final])
                     raise
-            for problem in self._record.problems():
+                self._record = _merged([*self._stopped.values(), final])
+            for problem in final.problems():
                 logger.error("teardown: %s", problem)
         return self._record
 
-    def _teardown(self) -> TeardownRecord:
+    def stop_process(self, name: str) -> TeardownRecord:
+        """Tear down one process now, as :meth:`stop` does, while the others
+        keep running; returns its own record (idempotent).
+
+        Its processes are its tree, its group and every process carrying its
+        ``role:rank`` marker. Afterwards :meth:`check_alive` and
+        :meth:`wait_ready` ignore it. After :meth:`stop`, returns that record.
+        """
+        if name in self._stopped:
+            return self._stopped[name]
+        if self._record is not None:
+            return self._record
+        procs = [p for p in self._procs if p.name == name]
+        if not procs:
+            raise ValueError(f"{name} was never started")
+        with shielded(deliver=True):
+            try:
+                record = self._teardown(procs, only=frozenset([name]))
+            except BaseException as exc:  # a harness bug: fail, never retry
+                record = TeardownRecord(self.grace_s, self.marker_scan)
+                record.errors.append(f"teardown of {name} crashed: {exc!r}")
+                self._stopped[name] = record
+                raise
+            self._stopped[name] = record
+        for problem in record.problems():
+            logger.error("teardown of %s: %s", name, problem)
+        return record
+
+    def _teardown(
+        self, procs: Sequence[RoleProcess], only: frozenset[str] | None
+    ) -> TeardownRecord:
+        """Tear down ``procs``; marked processes of the run count when ``only``
+        is None, else those whose ``role:rank`` marker is in ``only``."""
         began = time.monotonic()
         record = TeardownRecord(grace_s=self.grace_s, marker_scan=self.marker_scan)
         targets: dict[tuple[int, float], Target] = {}
+        scope = _Scope(procs, only)
         try:
-            self._snapshot(targets)
+            self._snapshot(scope, targets)
             deadline = began + self.grace_s
-            self._terminate(targets.values(), record, groups=True)
+            self._terminate(scope, targets.values(), record, groups=True)
             while True:  # late arrivals (forked after the snapshot) get SIGTERM too
                 wait_exit(targets.values(), deadline)
-                fresh = adopt(self._scan(groups=True), targets)
+                fresh = adopt(self._scan(scope, groups=True), targets)
                 if not fresh or time.monotonic() >= deadline:
                     break
-                self._terminate(fresh, record, groups=False)
+                self._terminate(scope, fresh, record, groups=False)
             if self.marker_scan and any(t.alive() for t in targets.values()):
-                self._marker_kill(targets, record)
+                self._marker_kill(scope, targets, record)
             survivors = [t for t in targets.values() if t.alive()]
             if survivors:
                 record.escalated = [t.record() for t in survivors]
-                self._signal_groups(signal.SIGKILL)
+                self._signal_groups(scope, signal.SIGKILL)
                 for target in survivors:
                     target.send(signal.SIGKILL)
                 wait_exit(survivors, time.monotonic() + self.kill_wait_s)
@@ -473,64 +539,86 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
                     for t in survivors
                     if t.alive()
                 ]
-            self._reap(record)
-            record.leaks = [t.record() for t in self._scan(groups=False)]
+            self._reap(scope, record)
+            leaked = self._scan(scope, groups=False)
+            record.leaks = [t.record() for t in leaked]
+            for target in leaked:
+                target.close()
         finally:
             for target in targets.values():
                 target.close()
-            for proc in self._procs:
+            for proc in procs:
                 if proc.echo is not None:
                     proc.echo.halt.set()
                     proc.echo.join(timeout=2.0)
-                os.close(proc.pidfd)
+                if proc.pidfd >= 0:
+                    os.close(proc.pidfd)
+                    proc.pidfd = -1
         record.duration_s = time.monotonic() - began
         return record
 
-    def _snapshot(self, targets: dict[tuple[int, float], Target]) -> None:
+    def _snapshot(
+        self, scope: _Scope, targets: dict[tuple[int, float], Target]
+    ) -> None:
         """Before any signal: each role's process tree (one psutil pass) plus
         every live process with this run's marker or in a role's group."""
-        snapshot_trees(((p.pidfd, p.pid, p.name) for p in self._procs), targets)
-        adopt(self._scan(groups=True), targets)
+        snapshot_trees(((p.pidfd, p.pid, p.name) for p in scope.procs), targets)
+        adopt(self._scan(scope, groups=True), targets)
 
-    def _scan(self, *, groups: bool, ffn_only: bool = False) -> list[Target]:
+    def _scan(
+        self, scope: _Scope, *, groups: bool, ffn_only: bool = False
+    ) -> list[Target]:
         """Live processes with this run's marker (and, with ``groups``, the
         members of unreaped role groups), each pinned by a pidfd."""
         pgids = {}
         if groups:
-            live = self._live_groups()
-            pgids = {p.pid: p.name for p in self._procs if p.pid in live}
-        return scan_marked(self.run_id, pgids, ffn_only=ffn_only)
+            live = scope.live_groups()
+            pgids = {p.pid: p.name for p in scope.procs if p.pid in live}
+        found = scan_marked(self.run_id, pgids, ffn_only=ffn_only)
+        if scope.only is None:
+            return found
+        kept = []
+        for target in found:
+            if target.name in scope.only:
+                kept.append(target)
+            else:
+                target.close()
+        return kept
 
-    def _live_groups(self) -> set[int]:
-        """Role process groups; an unreaped leader keeps its pgid from reuse."""
-        return {p.pid for p in self._procs if p.popen.returncode is None}
-
-    def _signal_groups(self, signum: int) -> None:
-        for pgid in self._live_groups():
+    def _signal_groups(self, scope: _Scope, signum: int) -> None:
+        for pgid in scope.live_groups():
             with suppress(ProcessLookupError):
                 os.killpg(pgid, signum)
 
     def _terminate(
-        self, targets: Iterable[Target], record: TeardownRecord, *, groups: bool
+        self,
+        scope: _Scope,
+        targets: Iterable[Target],
+        record: TeardownRecord,
+        *,
+        groups: bool,
     ) -> None:
         """SIGTERM each live target once: role groups through killpg (with
         ``groups``), every other target (escaped, marked) through its pidfd."""
-        signalled = self._live_groups() if groups else set()
+        signalled = scope.live_groups() if groups else set()
         alive = [t for t in targets if t.alive()]
         record.terminated += [t.record() for t in alive]
         if groups:
-            self._signal_groups(signal.SIGTERM)
+            self._signal_groups(scope, signal.SIGTERM)
         for target in alive:
             if target.pgid not in signalled:
                 target.send(signal.SIGTERM)
 
     def _marker_kill(
-        self, targets: dict[tuple[int, float], Target], record: TeardownRecord
+        self,
+        scope: _Scope,
+        targets: dict[tuple[int, float], Target],
+        record: TeardownRecord,
     ) -> None:
         """The marker-scan exception: SIGKILL FFN survivors via pidfd, bounded."""
         killed: set[tuple[int, float]] = set()
         for _ in range(self.marker_scan_rounds):
-            found = self._scan(groups=False, ffn_only=True)
+            found = self._scan(scope, groups=False, ffn_only=True)
             if not found:
                 return
             for target in found:
@@ -543,10 +631,38 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
             wait_exit(found, time.monotonic() + min(1.0, self.kill_wait_s))
             adopt(found, targets)
 
-    def _reap(self, record: TeardownRecord) -> None:
-        for proc in self._procs:
+    def _reap(self, scope: _Scope, record: TeardownRecord) -> None:
+        for proc in scope.procs:
             try:
                 proc.popen.wait(timeout=max(0.1, self.kill_wait_s))
             except subprocess.TimeoutExpired:
                 record.errors.append(f"{proc.name} (pid {proc.pid}) was not reaped")
             record.exit_codes[proc.name] = proc.popen.returncode
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """What one teardown covers: its processes, and which markers count
+    (every ``role:rank`` of the run when ``only`` is None)."""
+
+    procs: Sequence[RoleProcess]
+    only: frozenset[str] | None
+
+    def live_groups(self) -> set[int]:
+        """Role process groups; an unreaped leader keeps its pgid from reuse."""
+        return {p.pid for p in self.procs if p.popen.returncode is None}
+
+
+def _merged(records: Sequence[TeardownRecord]) -> TeardownRecord:
+    """One record of several teardowns of the same manager, in order."""
+    last = records[-1]
+    out = TeardownRecord(grace_s=last.grace_s, marker_scan=last.marker_scan)
+    for record in records:
+        out.duration_s += record.duration_s
+        out.terminated += record.terminated
+        out.escalated += record.escalated
+        out.marker_killed += record.marker_killed
+        out.leaks += [p for p in record.leaks if p not in out.leaks]
+        out.errors += record.errors
+        out.exit_codes.update(record.exit_codes)
+    return out

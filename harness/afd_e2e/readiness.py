@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Readiness probes: is a role server serving yet? One call is one attempt.
 
 Stdlib only (urllib, no proxies, no retries); the process manager does the polling.

@@ -1,20 +1,17 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fixtures of the CPU end-to-end tests: tiny local models, log directory,
 and a guard that every server a test started is gone when it ends.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from vllm_servers import Servers  # noqa: E402
-
-from afd_e2e.tiny_model import build_tiny_model, default_root  # noqa: E402
+from afd_e2e.servers import VllmServers
+from afd_e2e.tiny_model import build_tiny_model, default_root
 
 
 @pytest.fixture(scope="session")
@@ -38,8 +35,10 @@ def log_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def servers(log_dir: Path) -> Iterator[Servers]:
-    started = Servers(log_dir)
+def servers(log_dir: Path) -> Iterator[VllmServers]:
+    """The test's servers; afterwards each is stopped, and one that needed
+    SIGKILL or left a process behind fails the test."""
+    started = VllmServers(log_dir)
     try:
         yield started
     finally:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Faults through real vLLM: a peer dies mid-generation or never arrives, a
 bad ``additional_config``, a wrong worker class. Each fails fast and loudly.
 """
@@ -13,7 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from vllm_servers import PROMPTS, Servers, VllmServer, afd_config, free_port
+
+from afd_e2e.checks.parity import PROMPTS
+from afd_e2e.launch import free_port
+from afd_e2e.servers import VllmServer, VllmServers, afd_config
 
 pytestmark = pytest.mark.e2e
 
@@ -22,7 +26,7 @@ EXIT_WITHIN_S = 240.0
 
 
 def test_ffn_killed_mid_generation_fails_attention_fast(
-    servers: Servers, deepseek_v2: Path
+    servers: VllmServers, deepseek_v2: Path
 ) -> None:
     ffn, attention = servers.afd_pair(deepseek_v2)
     attention.wait_ready()
@@ -37,8 +41,7 @@ def test_ffn_killed_mid_generation_fails_attention_fast(
     client = threading.Thread(target=generate)
     client.start()
     time.sleep(2.0)  # the FFN is serving decode steps now
-    assert ffn.proc is not None
-    os.killpg(ffn.proc.pid, signal.SIGKILL)
+    os.killpg(ffn.pgid, signal.SIGKILL)
     killed = time.monotonic()
     client.join(FAIL_FAST_S)
     assert not client.is_alive(), "the request hung after the FFN died"
@@ -55,7 +58,7 @@ def test_ffn_killed_mid_generation_fails_attention_fast(
 
 
 def test_ffn_server_answers_health_but_refuses_requests(
-    servers: Servers, qwen3_moe: Path
+    servers: VllmServers, qwen3_moe: Path
 ) -> None:
     ffn, attention = servers.afd_pair(qwen3_moe)
     attention.wait_ready()
@@ -70,27 +73,26 @@ def test_ffn_server_answers_health_but_refuses_requests(
 class FailingServers:
     """Misconfigured servers, started together (startup dominates the cost)."""
 
-    def __init__(self, servers: Servers, model: Path) -> None:
+    def __init__(self, servers: VllmServers, model: Path) -> None:
         afd = afd_config("attention", free_port())
         bad = {"afd": {**afd["afd"], "num_ffn_ranks": 0, "prot": 29650}}
         lonely = afd_config(
             "attention",
             free_port(),
-            timeouts={"rendezvous_timeout_s": 10.0, "peer_timeout_s": 5.0},
+            connector_extra_config={
+                "rendezvous_timeout_s": 10.0,
+                "peer_timeout_s": 5.0,
+            },
         )
-        log_dir = servers.log_dir
-        self.bad_config = VllmServer("bad-config", model, log_dir, bad)
-        self.wrong_worker = VllmServer(
+        self.bad_config = servers.start("bad-config", model, bad)
+        self.wrong_worker = servers.start(
             "wrong-worker",
             model,
-            log_dir,
             afd,
             ["--worker-cls", "vllm.v1.worker.cpu_worker.CPUWorker"],
         )
-        self.no_ffn = VllmServer("no-ffn", model, log_dir, lonely)
+        self.no_ffn = servers.start("no-ffn", model, lonely)
         self.all = [self.bad_config, self.wrong_worker, self.no_ffn]
-        for server in self.all:
-            servers.start(server)
         self.codes = {s.name: s.wait_exit(EXIT_WITHIN_S) for s in self.all}
 
 
@@ -98,7 +100,7 @@ class FailingServers:
 def failing(
     tmp_path_factory: pytest.TempPathFactory, deepseek_v2: Path
 ) -> Iterator[FailingServers]:
-    started = Servers(tmp_path_factory.mktemp("failing"))
+    started = VllmServers(tmp_path_factory.mktemp("failing"))
     try:
         yield FailingServers(started, deepseek_v2)
     finally:

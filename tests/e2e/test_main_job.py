@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The main job through the harness: ``afd-e2e run`` on the CPU scenarios
 starts real vLLM servers (FFN, attention, a colocated baseline), checks token
 parity and GSM8K agreement, tears everything down with no SIGKILL and no

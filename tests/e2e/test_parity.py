@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Token parity: an AFD deployment (attention server + FFN server exchanging
 hidden states per layer over gloo) produces the greedy tokens of colocated vLLM.
 
@@ -11,7 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from vllm_servers import PROMPTS, Servers, VllmServer
+
+from afd_e2e.checks.parity import PROMPTS
+from afd_e2e.servers import VllmServers
 
 pytestmark = pytest.mark.e2e
 
@@ -34,7 +37,7 @@ def colocated_tokens() -> dict[str, list[list[int]]]:
 @pytest.mark.parametrize("case", CASES)
 def test_afd_tokens_equal_colocated(
     case: str,
-    servers: Servers,
+    servers: VllmServers,
     colocated_tokens: dict[str, list[list[int]]],
     request: pytest.FixtureRequest,
 ) -> None:
@@ -43,7 +46,7 @@ def test_afd_tokens_equal_colocated(
     ffn, attention = servers.afd_pair(model, **afd)
     baseline = None
     if arch not in colocated_tokens:
-        baseline = servers.start(VllmServer("colocated", model, servers.log_dir))
+        baseline = servers.start("colocated", model)
     attention.wait_ready()
     afd_tokens = attention.complete_each(PROMPTS)
     if baseline is not None:
@@ -54,7 +57,7 @@ def test_afd_tokens_equal_colocated(
     assert afd_tokens == colocated_tokens[arch]
     assert all(len(t) == 16 for t in afd_tokens)
     if arch == "qwen3_moe":
-        # All eight prompts in one request: multi-sequence steps on both roles.
+        # All prompts in one request: multi-sequence steps on both roles.
         assert attention.complete(PROMPTS) == colocated_tokens[arch]
     assert ffn.exit_code() is None, ffn.log_tail()
     ffn_log = ffn.log_text()
@@ -66,22 +69,22 @@ def test_afd_tokens_equal_colocated(
 
 
 def test_two_attention_ranks_share_one_ffn_rank(
-    servers: Servers, deepseek_v2: Path
+    servers: VllmServers, deepseek_v2: Path
 ) -> None:
     """2A1F: attention DP2 (two engine cores, one attention rank each) served
     by one FFN rank. The FFN batches the tokens of both ranks (an idle rank
     sends its dummy token), so its kernels see other batch shapes than the
-    colocated server; fp32 makes the comparison exact on this model."""
-    fp32 = ["--dtype", "float32"]
+    colocated server; fp32 makes the comparison exact on this model. AMX
+    hosts would pick the AMX_MLA backend, which refuses fp32 weights; CPU_MLA
+    is what every other host picks."""
+    fp32 = ["--dtype", "float32", "--attention-backend", "CPU_MLA"]
     ffn, attention = servers.afd_pair(
         deepseek_v2,
         args=fp32,
         attention_args=["--data-parallel-size", "2"],
         num_attention_ranks=2,
     )
-    baseline = servers.start(
-        VllmServer("colocated-fp32", deepseek_v2, servers.log_dir, None, fp32)
-    )
+    baseline = servers.start("colocated-fp32", deepseek_v2, extra_args=fp32)
     attention.wait_ready()
     afd_tokens = attention.complete_each(PROMPTS)
     baseline.wait_ready()

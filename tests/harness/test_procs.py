@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The process manager against fake role servers: start, readiness, teardown.
 
 Every test ends by proving no process with its run id is left in /proc.
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -235,8 +237,148 @@ def test_progress_and_prefixed_output_go_to_stderr(
     err = capsys.readouterr().err
     assert "[attention:0] fake role server pid" in err
     assert "[attention:0] serving on 127.0.0.1:" in err
-    assert "afd-e2e: waiting for attention:0: " in err
-    assert "last log line: 'fake role server pid" in err
+    assert re.search(r"^afd-e2e: waiting \d+ s: attention:0 \d+ s \(.+\)$", err, re.M)
+
+
+def test_progress_is_one_line_per_interval_naming_every_pending_role(
+    run_id: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    ffn_port, port = tmp_path / "f", tmp_path / "a"
+    with manager(run_id, tmp_path, progress_every_s=0.3) as procs:
+        procs.start(fake("ffn", "--port-file", str(ffn_port), "--never-ready"))
+        procs.start(fake("attention", "--port-file", str(port), "--never-ready"))
+        probes = {"ffn:0": served(ffn_port), "attention:0": served(port)}
+        with pytest.raises(ReadinessTimeoutError):
+            procs.wait_ready(probes, timeout_s=1.0, poll_s=0.05)
+    lines = [
+        line
+        for line in capsys.readouterr().err.splitlines()
+        if line.startswith("afd-e2e: waiting")
+    ]
+    assert 1 <= len(lines) <= 3, lines  # one per 0.3 s interval, not one per role
+    role = r"\d+ s \((?:no port yet|GET /health: HTTP 503)\)"
+    pattern = rf"afd-e2e: waiting \d+ s: ffn:0 {role}, attention:0 {role}"
+    assert all(re.fullmatch(pattern, line) for line in lines), lines
+
+
+def test_one_role_stops_early_while_the_others_keep_serving(
+    run_id: str, tmp_path: Path
+):
+    ports = {role: tmp_path / role for role in ("baseline", "ffn", "attention")}
+    procs = manager(run_id, tmp_path)
+    baseline = procs.start(
+        fake("baseline", "--child", "--port-file", str(ports["baseline"]))
+    )
+    ffn = procs.start(fake("ffn", "--port-file", str(ports["ffn"])))
+    probes = {f"{role}:0": served(path) for role, path in ports.items()}
+    procs.wait_ready({k: probes[k] for k in ("baseline:0", "ffn:0")}, 20)
+    grandchild = psutil.Process(baseline.pid).children()[0].pid
+
+    early = procs.stop_process("baseline:0")
+    assert early.ok, early.problems()
+    assert {(baseline.pid, "child"), (grandchild, "tree")} <= {
+        (p.pid, p.found_by) for p in early.terminated
+    }
+    assert early.exit_codes == {"baseline:0": -15}
+    assert gone(baseline.pid) and gone(grandchild)
+    assert ffn.exit_code() is None  # untouched
+    assert procs.stop_process("baseline:0") is early  # idempotent
+    procs.check_alive()  # the stopped role no longer counts
+    assert [p.name for p in procs.running()] == ["ffn:0"]
+
+    # A role started after the others are ready; only it is awaited.
+    attention = procs.start(fake("attention", "--port-file", str(ports["attention"])))
+    ready = procs.wait_ready({"attention:0": probes["attention:0"]}, 20)
+    assert set(ready) == {"ffn:0", "attention:0"}
+    with pytest.raises(
+        ValueError, match=r"not running under this manager: \['baseline:0'\]"
+    ):
+        procs.wait_ready({"baseline:0": probes["baseline:0"]}, 1)
+
+    record = procs.stop()
+    assert record.ok, record.problems()
+    assert record.exit_codes == {"baseline:0": -15, "ffn:0": -15, "attention:0": -15}
+    terminated = {p.pid for p in record.terminated}
+    assert {baseline.pid, grandchild, ffn.pid, attention.pid} <= terminated
+    assert procs.stop_process("ffn:0") is record  # after stop(): stop()'s record
+
+
+def test_early_stop_that_needs_sigkill_fails_the_final_record(
+    run_id: str, tmp_path: Path
+):
+    procs = manager(run_id, tmp_path, grace_s=0.5)
+    port = tmp_path / "b"
+    stubborn = procs.start(
+        fake("baseline", "--ignore-sigterm", "--port-file", str(port))
+    )
+    ffn = procs.start(fake("ffn"))
+    procs.wait_ready({"baseline:0": served(port)}, 20)  # SIGTERM is ignored now
+    early = procs.stop_process("baseline:0")
+    assert [(p.pid, p.name) for p in early.escalated] == [(stubborn.pid, "baseline:0")]
+    assert ffn.exit_code() is None
+    record = procs.stop()
+    assert not record.ok
+    assert [p.name for p in record.escalated] == ["baseline:0"]
+    assert any("needed SIGKILL" in line for line in record.problems())
+    assert record.exit_codes == {"baseline:0": -9, "ffn:0": -15}
+
+
+def test_early_stop_finds_its_escaped_grandchild_by_marker_only(
+    run_id: str, tmp_path: Path
+):
+    port, escaped = tmp_path / "p", tmp_path / "escaped.pid"
+    procs = manager(run_id, tmp_path)
+    ffn = procs.start(
+        fake("ffn", "--port-file", str(port), "--escape-pid-file", str(escaped))
+    )
+    attention = procs.start(fake("attention"))
+    procs.wait_ready({"ffn:0": served(port)}, timeout_s=20)
+    runaway = int(escaped.read_text())
+    early = procs.stop_process("ffn:0")
+    assert early.ok, early.problems()
+    assert (runaway, "ffn:0", "marker") in {
+        (p.pid, p.name, p.found_by) for p in early.terminated
+    }
+    assert "attention:0" not in {p.name for p in early.terminated}
+    assert gone(runaway) and gone(ffn.pid)
+    assert attention.exit_code() is None
+    assert procs.stop().ok
+
+
+def test_wait_ready_for_some_names_leaves_the_others_unprobed(
+    run_id: str, tmp_path: Path
+):
+    ffn_port, port = tmp_path / "f", tmp_path / "a"
+    with manager(run_id, tmp_path) as procs:
+        procs.start(fake("ffn", "--port-file", str(ffn_port)))
+        never = procs.start(
+            fake("attention", "--port-file", str(port), "--never-ready")
+        )
+        probes = {"ffn:0": served(ffn_port), "attention:0": served(port)}
+        ready = procs.wait_ready(probes, timeout_s=20, names=["ffn:0"])
+        assert list(ready) == ["ffn:0"]
+        assert never.ready_after_s is None
+        with pytest.raises(ReadinessTimeoutError) as caught:
+            procs.wait_ready(probes, timeout_s=0.5, names=["attention:0"])
+        assert caught.value.names == ("attention:0",)
+    assert procs.teardown_record is not None and procs.teardown_record.ok
+
+
+def test_wait_exit_returns_the_code_without_reaping(run_id: str, tmp_path: Path):
+    procs = manager(run_id, tmp_path)
+    alive = procs.start(fake("ffn"))
+    dying = procs.start(fake("attention", "--die-after-s", "0.3"))
+    began = time.monotonic()
+    assert alive.wait_exit(0.2) is None
+    assert dying.wait_exit(20) == 3
+    assert time.monotonic() - began < 10
+    assert dying.popen.returncode is None  # still the manager's to reap
+    with pytest.raises(ProcessDiedError, match="attention:0"):
+        procs.check_alive()
+    record = procs.stop()
+    assert record.ok, record.problems()
+    assert record.exit_codes == {"ffn:0": -15, "attention:0": 3}
+    assert dying.wait_exit(1) == 3
 
 
 def start_driver(run_id: str, tmp_path: Path, *flags: str) -> subprocess.Popen[str]:

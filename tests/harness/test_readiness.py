@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Readiness probes against an in-process HTTP server: one call, one attempt.
 
 No child process is started here; the server is a thread of the test process.

@@ -1,0 +1,328 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Real vLLM OpenAI servers for tests and benchmarks: a set of them on one
+ProcessManager (start, health wait, strict teardown) and no-retry clients."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+import urllib.request
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from afd_e2e.launch import API_MODULE, HOST, free_port
+from afd_e2e.procs import ProcessManager, ProcessSpec, RoleProcess, tail_lines
+from afd_e2e.readiness import health_probe
+from afd_e2e.teardown_record import TeardownRecord
+
+__all__ = [
+    "CPU_ARGS",
+    "CPU_ENV",
+    "ServerTeardownError",
+    "VllmServer",
+    "VllmServers",
+    "afd_config",
+]
+
+CPU_ENV: Mapping[str, str] = {
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "VLLM_LOGGING_LEVEL": "INFO",
+    "PYTHONUNBUFFERED": "1",
+}
+"""Environment of a server on the CPU backend (added to the caller's)."""
+CPU_ARGS: tuple[str, ...] = (
+    "--enforce-eager",
+    "--kv-cache-memory-bytes",
+    "67108864",
+    "--max-model-len",
+    "512",
+    "--max-num-seqs",
+    "32",
+)
+"""Arguments every CPU server gets before its own."""
+GLOO_CONNECTOR = "P2pGlooAFDConnector"
+STOP_GRACE_S = 30.0
+"""SIGTERM grace of the set's teardown; a server still up after it fails it."""
+READY_TIMEOUT_S = 420.0
+REQUEST_TIMEOUT_S = 120.0
+LOG_TAIL_LINES = 40
+
+# Requests go straight to the servers (never through an environment proxy);
+# urllib never retries, so a failed request fails at once.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def afd_config(
+    role: str,
+    port: int,
+    *,
+    connector: str = GLOO_CONNECTOR,
+    connector_extra_config: Mapping[str, Any] | None = None,
+    **fields: Any,
+) -> dict[str, Any]:
+    """``additional_config`` of one AFD role whose rendezvous is on loopback
+    ``port``; ``fields`` (``num_attention_ranks``, ...) go into ``afd`` as is."""
+    extra = (
+        {"rendezvous_timeout_s": 300.0}
+        if connector_extra_config is None
+        else dict(connector_extra_config)
+    )
+    return {
+        "afd": {
+            "role": role,
+            "connector": connector,
+            "host": HOST,
+            "port": port,
+            "connector_extra_config": extra,
+            **fields,
+        }
+    }
+
+
+class ServerTeardownError(RuntimeError):
+    """Stopping the servers needed SIGKILL or left processes behind."""
+
+
+class VllmServer:
+    """One ``vllm.entrypoints.openai.api_server`` of a :class:`VllmServers` set.
+
+    Its process belongs to the set's manager: wait on it, ask it, read its
+    log; :meth:`stop` tears it down early (the set's record keeps the result).
+    """
+
+    def __init__(
+        self, manager: ProcessManager, model: str, port: int, process: RoleProcess
+    ) -> None:
+        self._manager = manager
+        self.model = model
+        """The model path, also its served name (the ``model`` of requests)."""
+        self.port = port
+        self.process = process
+
+    @property
+    def name(self) -> str:
+        return self.process.spec.role
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def pgid(self) -> int:
+        """Its process group (its own session: equal to :attr:`pid`)."""
+        return self.process.pid
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        return tuple(self.process.spec.argv)
+
+    @property
+    def log_path(self) -> Path:
+        return self.process.log_path
+
+    @property
+    def ready_after_s(self) -> float | None:
+        """Seconds from launch to healthy, once :meth:`wait_ready` saw it."""
+        return self.process.ready_after_s
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def url(self, path: str) -> str:
+        return self.base_url + path
+
+    # -- lifecycle
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> VllmServer:
+        """Poll ``GET /health`` until 200. Raises ``ProcessDiedError`` (with
+        the log tail) as soon as this or another running server of the set
+        exits, ``ReadinessTimeoutError`` past ``timeout_s``."""
+        name = self.process.name
+        self._manager.wait_ready(
+            {name: health_probe(self.base_url)}, timeout_s, names=[name]
+        )
+        return self
+
+    def exit_code(self) -> int | None:
+        """The exit code once exited (negative: killed by that signal)."""
+        return self.process.exit_code()
+
+    def wait_exit(self, timeout_s: float) -> int | None:
+        """Wait up to ``timeout_s`` for it to exit; the exit code, or None."""
+        return self.process.wait_exit(timeout_s)
+
+    def stop(self) -> TeardownRecord:
+        """Tear this server down now (SIGTERM, grace, SIGKILL); the others
+        keep running. Its record is also part of the set's."""
+        return self._manager.stop_process(self.process.name)
+
+    # -- requests
+
+    def complete(
+        self,
+        prompts: Sequence[str],
+        max_tokens: int = 16,
+        timeout_s: float = REQUEST_TIMEOUT_S,
+    ) -> list[list[int]]:
+        """Greedy completions of ``prompts`` in one request (never retried);
+        the generated token ids in prompt order."""
+        body = {
+            "model": self.model,
+            "prompt": list(prompts),
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "ignore_eos": True,
+            "return_token_ids": True,
+        }
+        answer = self._post("/v1/completions", body, timeout_s)
+        choices = sorted(answer["choices"], key=lambda c: c["index"])
+        return [c["token_ids"] for c in choices]
+
+    def complete_each(
+        self, prompts: Sequence[str], max_tokens: int = 16
+    ) -> list[list[int]]:
+        """One request per prompt, in turn: every step's batch is the same in
+        any run (a multi-prompt request is batched as its prompts arrive, and
+        kernels may round differently for other batch shapes)."""
+        return [self.complete([p], max_tokens)[0] for p in prompts]
+
+    def _post(self, path: str, body: Mapping[str, Any], timeout_s: float) -> Any:
+        request = urllib.request.Request(
+            self.url(path),
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        try:
+            with _OPENER.open(request, timeout=timeout_s) as response:
+                return json.load(response)
+        except OSError as exc:  # HTTPError and URLError too; the caller decides
+            exc.add_note(f"{self.name}: POST {path} failed\n{self.log_tail(20)}")
+            raise
+
+    # -- log
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        tail = tail_lines(self.log_path, lines)
+        header = f"--- last {len(tail)} lines of {self.log_path} ---"
+        return "\n".join([header, *tail])
+
+
+class VllmServers(AbstractContextManager["VllmServers"]):
+    """Real vLLM OpenAI servers on 127.0.0.1, started by one ProcessManager
+    (one run id): free ports, own sessions, logs ``<log_dir>/<name>-0.log``.
+
+    Leaving the ``with`` block stops them all and raises
+    :class:`ServerTeardownError` when one needed SIGKILL or left a process
+    with the run's marker behind; :meth:`stop_all` returns those problems.
+    """
+
+    def __init__(
+        self,
+        log_dir: Path,
+        *,
+        env: Mapping[str, str] = CPU_ENV,
+        base_args: Sequence[str] = CPU_ARGS,
+        run_id: str | None = None,
+        grace_s: float = STOP_GRACE_S,
+        echo: bool = False,
+        progress_every_s: float | None = 5.0,
+    ) -> None:
+        self.log_dir = Path(log_dir)
+        self.env = dict(env)
+        self.base_args = tuple(base_args)
+        self.manager = ProcessManager(
+            run_id or f"vllm-servers-{secrets.token_hex(4)}",
+            self.log_dir,
+            scenario_id="vllm-servers",
+            grace_s=grace_s,
+            echo=echo,
+            progress_every_s=progress_every_s,
+        )
+        self.started: list[VllmServer] = []
+
+    def start(
+        self,
+        name: str,
+        model: Path | str,
+        additional_config: Mapping[str, Any] | None = None,
+        extra_args: Sequence[str] = (),
+        *,
+        env: Mapping[str, str] | None = None,
+    ) -> VllmServer:
+        """Launch one server (returns at once; call ``wait_ready``). ``name``
+        is a role name: lower case, digits, ``-`` and ``_``."""
+        port = free_port()
+        argv = [
+            sys.executable,
+            "-m",
+            API_MODULE,
+            "--model",
+            str(model),
+            "--host",
+            HOST,
+            "--port",
+            str(port),
+            *self.base_args,
+            *extra_args,
+        ]
+        if additional_config is not None:
+            argv += ["--additional-config", json.dumps(additional_config)]
+        spec = ProcessSpec(name, 0, argv, {**self.env, **(env or {})})
+        server = VllmServer(self.manager, str(model), port, self.manager.start(spec))
+        self.started.append(server)
+        return server
+
+    def afd_pair(
+        self,
+        model: Path | str,
+        args: Sequence[str] = (),
+        attention_args: Sequence[str] = (),
+        **afd: Any,
+    ) -> tuple[VllmServer, VllmServer]:
+        """An FFN and an attention server (``afd`` goes to :func:`afd_config`);
+        both start loading at once. Returns ``(ffn, attention)``."""
+        port = free_port()
+        ffn = self.start("ffn", model, afd_config("ffn", port, **afd), args)
+        attention = self.start(
+            "attention",
+            model,
+            afd_config("attention", port, **afd),
+            [*args, *attention_args],
+        )
+        return ffn, attention
+
+    @property
+    def teardown_record(self) -> TeardownRecord | None:
+        return self.manager.teardown_record
+
+    def stop_all(self) -> list[str]:
+        """Stop every server (idempotent); one line per problem: a process
+        that needed SIGKILL, one left behind, a teardown error."""
+        return self.manager.stop().problems()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        problems = self.stop_all()
+        if not problems:
+            return
+        message = "stopping the vLLM servers failed:\n" + "\n".join(problems)
+        if exc is None:
+            raise ServerTeardownError(message)
+        exc.add_note(message)
