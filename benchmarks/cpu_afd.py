@@ -1,9 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """Decode throughput of a 1A1F AFD deployment on the CPU as a ratio to
-colocated vLLM, and the per-layer gloo exchange round trip as a ratio to an
-in-process copy of the same tensor; both measured in the same run.
+colocated vLLM, and the per-layer exchange round trip of each CPU data path
+(gloo, shared memory) as a ratio to an in-process copy of the same tensor; all
+measured in the same run.
 
 Usage: python benchmarks/cpu_afd.py [--arch deepseek_v2] [--new-tokens 32]
+       python benchmarks/cpu_afd.py --exchange-only   # the round trips alone
 Writes benchmarks/results/cpu_afd.json and, with matplotlib, cpu_afd.png.
 """
 
@@ -70,11 +72,19 @@ def measure_servers(
 # -- exchange round trip ----------------------------------------------------
 
 
-def _connector(role: str, port: int) -> Any:
+TRANSPORTS = ("gloo", "shm")
+
+
+def _connector(role: str, port: int, transport: str) -> Any:
     from afd_plugin.config import AFDConfig
     from afd_plugin.connectors.cpu.p2p_gloo import P2pGlooAFDConnector
 
-    config = AFDConfig(role=role, connector="P2pGlooAFDConnector", port=port)
+    config = AFDConfig(
+        role=role,
+        connector="P2pGlooAFDConnector",
+        port=port,
+        connector_extra_config={"transport": transport},
+    )
     return P2pGlooAFDConnector(config, 0)
 
 
@@ -84,10 +94,10 @@ def _spec(hidden: int) -> Any:
     return ExchangeSpec(hidden, "bfloat16", "float32", (LayerExchange(0, "moe"),))
 
 
-def _echo_ffn(port: int, shape: tuple[int, int], repeats: int) -> None:
+def _echo_ffn(port: int, shape: tuple[int, int], repeats: int, transport: str) -> None:
     from afd_plugin.wire import AFDControlPayload
 
-    conn = _connector("ffn", port)
+    conn = _connector("ffn", port, transport)
     conn.bind(_spec(shape[1]))
     conn.init_afd_connector()
     conn.update_state_from_dp_metadata(AFDControlPayload(0, (shape[0],), shape[0]))
@@ -97,19 +107,18 @@ def _echo_ffn(port: int, shape: tuple[int, int], repeats: int) -> None:
     conn.close()
 
 
-def exchange_round_trip(shape: tuple[int, int], repeats: int) -> dict[str, float]:
-    """Median seconds of one layer's send + receive over gloo, and of an
-    in-process copy of the same bf16 tensor."""
+def _round_trip(shape: tuple[int, int], repeats: int, transport: str) -> float:
+    """Median seconds of one layer's send + receive on ``transport``."""
     import torch
 
     from afd_plugin.wire import AFDControlPayload
 
     port = free_port()
     ffn = mp.get_context("spawn").Process(
-        target=_echo_ffn, args=(port, shape, repeats), daemon=True
+        target=_echo_ffn, args=(port, shape, repeats, transport), daemon=True
     )
     ffn.start()
-    conn = _connector("attention", port)
+    conn = _connector("attention", port, transport)
     conn.bind(_spec(shape[1]))
     conn.init_afd_connector()
     conn.update_state_from_dp_metadata(AFDControlPayload(0, (shape[0],), shape[0]))
@@ -122,14 +131,28 @@ def exchange_round_trip(shape: tuple[int, int], repeats: int) -> dict[str, float
         trips.append(time.perf_counter() - started)
     conn.close()
     ffn.join(30)
+    return statistics.median(trips[5:])
+
+
+def exchange_round_trip(shape: tuple[int, int], repeats: int) -> dict[str, Any]:
+    """Median seconds of one layer's send + receive on each data path, and of
+    an in-process copy of the same bf16 tensor; each path as a ratio to it."""
+    import torch
+
+    hidden = torch.randn(shape).to(torch.bfloat16)
     target = torch.empty_like(hidden)
     copies = []
     for _ in range(repeats):
         started = time.perf_counter()
         target.copy_(hidden)
         copies.append(time.perf_counter() - started)
-    gloo, copy = statistics.median(trips[5:]), statistics.median(copies[5:])
-    return {"gloo_round_trip_s": gloo, "in_process_copy_s": copy, "ratio": gloo / copy}
+    copy = statistics.median(copies[5:])
+    trips = {t: _round_trip(shape, repeats, t) for t in TRANSPORTS}
+    return {
+        **{f"{t}_round_trip_s": v for t, v in trips.items()},
+        "in_process_copy_s": copy,
+        "ratio": {t: v / copy for t, v in trips.items()},
+    }
 
 
 # -- report -----------------------------------------------------------------
@@ -169,7 +192,16 @@ def plot(result: dict[str, Any], path: Path) -> str:
     left.axhline(1.0, color="grey", linewidth=0.8)
     left.set(xlabel="batch", ylabel="AFD / colocated", title="decode tokens/s")
     shapes = list(result["exchange"])
-    right.bar(shapes, [result["exchange"][s]["ratio"] for s in shapes])
+    width = 0.4
+    for i, transport in enumerate(TRANSPORTS):
+        right.bar(
+            [x + i * width for x in range(len(shapes))],
+            [result["exchange"][s]["ratio"][transport] for s in shapes],
+            width,
+            label=transport,
+        )
+    right.set_xticks([x + width / 2 for x in range(len(shapes))], shapes)
+    right.legend()
     right.set_yscale("log")
     right.set(xlabel="tokens x hidden (bf16)", title="round trip / in-process copy")
     right.tick_params(axis="x", rotation=30)
@@ -187,6 +219,11 @@ def main(argv: list[str] | None = None) -> int:
         "--samples", type=int, default=3, help="timed requests per batch size"
     )
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--exchange-only",
+        action="store_true",
+        help="measure the exchange round trips only (no vLLM servers)",
+    )
     args = parser.parse_args(argv)
 
     model = build_tiny_model(args.arch)
@@ -196,16 +233,21 @@ def main(argv: list[str] | None = None) -> int:
         f"{n}x{h}": exchange_round_trip((n, h), args.repeats)
         for n, h in EXCHANGE_SHAPES
     }
+    if args.exchange_only:
+        print(json.dumps(exchange, indent=2))
+        return 0
     # The model's own decode-step shapes (one token per sequence).
+    # The deployment below runs transport 'auto': shared memory on one machine.
     step_exchange = {
-        b: exchange_round_trip((b, hidden), args.repeats)["gloo_round_trip_s"]
+        b: exchange_round_trip((b, hidden), args.repeats)["shm_round_trip_s"]
         for b in BATCHES
     }
     with tempfile.TemporaryDirectory(prefix="cpu-afd-bench-") as logs:
         served = measure_servers(model, Path(logs), args.new_tokens, args.samples)
     ratio = {str(b): served["afd_1a1f"][b] / served["colocated"][b] for b in BATCHES}
     result = {
-        "what": "AFD 1A1F over gloo vs colocated vLLM, same machine, same run",
+        "what": "AFD 1A1F (shared-memory data path) vs colocated vLLM, same "
+        "machine, same run",
         "model": model.name,  # the cache entry; its spec hash names the build
         "arch": args.arch,
         "new_tokens_per_sequence": args.new_tokens,

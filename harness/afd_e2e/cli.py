@@ -24,7 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("run", "launch a scenario's roles, run its checks, tear down"),
     "gsm8k": ("gsm8k", "GSM8K accuracy gate against an OpenAI-compatible server"),
     "model": ("model", "build tiny local models for CPU scenarios"),
-    "bench": ("bench", "benchmarks of a deployment"),
+    "bench": ("bench", "vLLM's serving benchmark: AFD vs its colocated baseline"),
 }
 
 NOT_AVAILABLE_EXIT = 2

@@ -155,6 +155,7 @@ def build_plan(
     run_dir: Path | None = None,
     run_id: str | None = None,
     python: str = sys.executable,
+    baseline: bool = False,
 ) -> LaunchPlan:
     """The full plan; AFD configs are checked by the plugin's parser here, so an
     invalid scenario never starts a process."""
@@ -166,8 +167,8 @@ def build_plan(
     next_api = scenario.ports.api
     plan = LaunchPlan(scenario_id, run_id, run_dir, model_path, served, afd_port)
     roles = list(start_order(scenario))
-    if scenario.afd and scenario.checks.parity is not None:
-        roles.insert(0, "baseline")  # the colocated reference runs beside AFD
+    if scenario.afd and (scenario.checks.parity is not None or baseline):
+        roles.insert(0, "baseline")  # the colocated reference
     for role in roles:
         topo = scenario.topology.ffn if role == "ffn" else scenario.topology.attention
         assert topo is not None

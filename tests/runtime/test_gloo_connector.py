@@ -44,8 +44,15 @@ SPEC = ExchangeSpec(
 TOKENS = 5
 
 
+TRANSPORTS = ("gloo", "shm")
+
+
 def connector(
-    role: str, port: int, rendezvous: float = 30.0, peer: float = 10.0
+    role: str,
+    port: int,
+    rendezvous: float = 30.0,
+    peer: float = 10.0,
+    transport: str = "auto",
 ) -> P2pGlooAFDConnector:
     config = AFDConfig(
         role=role,
@@ -54,6 +61,7 @@ def connector(
         connector_extra_config={
             "rendezvous_timeout_s": rendezvous,
             "peer_timeout_s": peer,
+            "transport": transport,
         },
     )
     return P2pGlooAFDConnector(config, 0)
@@ -73,8 +81,10 @@ def ffn_compute(hidden: Any, logits: Any | None) -> Any:
 # -- the FFN process --------------------------------------------------------
 
 
-def ffn_main(port: int, mode: str, rounds: int, spec: dict[str, Any]) -> None:
-    conn = connector("ffn", port)
+def ffn_main(
+    port: int, mode: str, rounds: int, spec: dict[str, Any], transport: str = "auto"
+) -> None:
+    conn = connector("ffn", port, transport=transport)
     conn.bind(ExchangeSpec.from_dict(spec))
     for _ in range(rounds):
         conn.init_afd_connector()
@@ -123,8 +133,14 @@ class Peer(threading.Thread):
         return self.error
 
 
-def start_ffn(port: int, mode: str = "serve", rounds: int = 1, spec=SPEC) -> Peer:
-    peer = Peer(ffn_main, port, mode, rounds, spec.to_dict())
+def start_ffn(
+    port: int,
+    mode: str = "serve",
+    rounds: int = 1,
+    spec: ExchangeSpec = SPEC,
+    transport: str = "auto",
+) -> Peer:
+    peer = Peer(ffn_main, port, mode, rounds, spec.to_dict(), transport)
     peer.start()
     return peer
 
@@ -146,13 +162,17 @@ def attention_step(conn: P2pGlooAFDConnector) -> None:
 # -- tests ------------------------------------------------------------------
 
 
-def test_one_step_then_close_and_reinit_on_the_same_port() -> None:
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_one_step_then_close_and_reinit_on_the_same_port(transport: str) -> None:
     port = free_port()
-    ffn = start_ffn(port, rounds=2)
-    conn = connector("attention", port)
+    ffn = start_ffn(port, rounds=2, transport=transport)
+    conn = connector("attention", port, transport=transport)
     conn.bind(SPEC)
     for _ in range(2):
         conn.init_afd_connector()
+        assert conn.transport is not None
+        kind = type(conn.transport).__name__
+        assert kind == {"gloo": "GlooTransport", "shm": "ShmTransport"}[transport]
         attention_step(conn)
         assert conn.step == 1
         conn.close()
@@ -240,13 +260,16 @@ def test_ffn_alone_names_the_missing_attention_rank_and_can_retry() -> None:
     conn.close()
 
 
-def test_dead_ffn_is_reported_fast_with_the_peer_named() -> None:
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_dead_ffn_is_reported_fast_with_the_peer_named(transport: str) -> None:
     port = free_port()
     ffn = mp.get_context("spawn").Process(
-        target=ffn_main, args=(port, "die", 1, SPEC.to_dict()), daemon=True
+        target=ffn_main,
+        args=(port, "die", 1, SPEC.to_dict(), transport),
+        daemon=True,
     )
     ffn.start()
-    conn = connector("attention", port, peer=60.0)
+    conn = connector("attention", port, peer=60.0, transport=transport)
     conn.bind(SPEC)
     conn.init_afd_connector()
     conn.control_plane.send_dp_metadata_list(step())
@@ -266,10 +289,11 @@ def test_dead_ffn_is_reported_fast_with_the_peer_named() -> None:
     conn.close()
 
 
-def test_silent_ffn_fails_the_step_after_peer_timeout() -> None:
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_silent_ffn_fails_the_step_after_peer_timeout(transport: str) -> None:
     port = free_port()
-    ffn = start_ffn(port, mode="hang")
-    conn = connector("attention", port, peer=1.0)
+    ffn = start_ffn(port, mode="hang", transport=transport)
+    conn = connector("attention", port, peer=1.0, transport=transport)
     conn.bind(SPEC)
     conn.init_afd_connector()
     conn.control_plane.send_dp_metadata_list(step())
@@ -319,3 +343,40 @@ def test_the_connector_takes_the_configs_parsed_extra() -> None:
     assert isinstance(built, P2pGlooAFDConnector)
     assert built.extra is config.extra and built.extra.peer_timeout_s == 7
     assert built.world is None  # light: no groups, no sockets
+
+
+def test_auto_takes_shared_memory_on_one_machine() -> None:
+    port = free_port()
+    ffn = start_ffn(port)
+    conn = connector("attention", port)
+    conn.bind(SPEC)
+    conn.init_afd_connector()
+    assert type(conn.transport).__name__ == "ShmTransport"
+    attention_step(conn)
+    conn.close()
+    assert ffn.finish() is None
+
+
+def test_shm_refuses_a_peer_on_another_machine() -> None:
+    """Forced 'shm' with a peer elsewhere is a clear error, not a fallback."""
+    from afd_plugin.connectors.cpu.shm_transport import choose_shm
+    from afd_plugin.connectors.gloo_world import PeerInfo
+
+    class World:
+        global_rank = 1
+        peers = {
+            0: PeerInfo("ffn", 0, "10.0.0.2", 11, "other-host/boot"),
+            1: PeerInfo("attention", 0, "10.0.0.1", 12, "this-host/boot"),
+        }
+
+        def me(self) -> str:
+            return "AFD attention rank 0"
+
+        def describe(self, rank: int) -> str:
+            return f"ffn rank {rank} (pid 11 on 10.0.0.2)"
+
+    extra = connector("attention", 1, transport="shm").extra
+    with pytest.raises(AFDPeerError, match="transport is 'shm' but shared memory"):
+        choose_shm(extra, World(), (0,))  # type: ignore[arg-type]
+    auto = connector("attention", 1, transport="auto").extra
+    assert choose_shm(auto, World(), (0,)) is False  # type: ignore[arg-type]

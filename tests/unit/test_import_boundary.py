@@ -29,6 +29,7 @@ PURE_MODULES = [
     "afd_plugin.connectors.base",
     "afd_plugin.connectors.registry",
     "afd_plugin.connectors.cpu.schema",
+    "afd_plugin.connectors.cpu.shm_ring",
     "afd_plugin.connectors.gpu.schema",
     "afd_plugin.connectors.npu.schema",
     "afd_plugin.step_kind",

@@ -43,12 +43,25 @@ class PeerInfo:
     rank: int
     host: str
     pid: int
+    machine: str = ""
+    """Which machine (boot) the process runs on: equal for two processes that
+    can share memory."""
 
     def describe(self, rendezvous: str) -> str:
         return (
             f"{self.role} rank {self.rank} (pid {self.pid} on {self.host}, "
             f"AFD rendezvous {rendezvous})"
         )
+
+
+def machine_id() -> str:
+    """This machine's identity for this boot: host name and kernel boot id."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+            boot = fh.read().strip()
+    except OSError:
+        boot = "unknown-boot"
+    return f"{socket.gethostname()}/{boot}"
 
 
 def _local_address(host: str, port: int) -> str:
@@ -146,7 +159,11 @@ class GlooWorld:
         record, and report any disagreement on the spec."""
         assert self._store is not None
         me = PeerInfo(
-            self.role, self.rank, _local_address(self._host, self._port), os.getpid()
+            self.role,
+            self.rank,
+            _local_address(self._host, self._port),
+            os.getpid(),
+            machine_id(),
         )
         record = {"peer": me.__dict__, "spec": spec.to_dict()}
         self._store.set(f"peer/{self.global_rank}", json.dumps(record))

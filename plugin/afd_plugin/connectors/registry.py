@@ -137,8 +137,9 @@ for _spec in (
         has_control_plane=True,
         synchronous=True,
         stages="decode, prefill",
-        notes="Gloo point-to-point over TCP; runs on any CPU. FFN ranks first; "
-        "attention ranks >= FFN ranks.",
+        notes="Shared-memory rings between roles on one machine, else gloo "
+        "point-to-point over TCP; control plane over gloo; runs on any CPU. FFN "
+        "ranks first; attention ranks >= FFN ranks.",
     ),
     ConnectorSpec(
         name="P2pNcclAFDConnector",

@@ -1,14 +1,16 @@
 # SPDX-License-Identifier: Apache-2.0
-"""``P2pGlooAFDConnector``: hidden states over gloo point-to-point, with the
-gloo control plane it owns. Runs on any CPU; the CI backend of AFD.
+"""``P2pGlooAFDConnector``: hidden states over shared memory (roles on one
+machine) or gloo point-to-point, with the gloo control plane it owns. Runs on
+any CPU; the CI backend of AFD.
 
 The design is the shared one of ``connectors/p2p_base.py``; only the data
-transport (gloo on CPU tensors) is chosen here.
+transport is chosen here (``transport`` in its extra config).
 """
 
 from __future__ import annotations
 
 from afd_plugin.connectors.cpu.schema import P2pGlooExtraConfig
+from afd_plugin.connectors.cpu.shm_transport import ShmTransport, choose_shm
 from afd_plugin.connectors.gloo_world import GlooWorld
 from afd_plugin.connectors.p2p_base import (
     DataTransport,
@@ -23,4 +25,7 @@ class P2pGlooAFDConnector(P2pAFDConnectorBase):
     extra: P2pGlooExtraConfig
 
     def _open_transport(self, world: GlooWorld) -> DataTransport:
+        peers = (self.ffn_peer,) if self.is_attention else self.attention_peers
+        if choose_shm(self.extra, world, peers):
+            return ShmTransport(world, peers, self.extra, is_ffn=not self.is_attention)
         return GlooTransport(world)

@@ -6,6 +6,8 @@ Torch-free: the config layer and the harness validate with it.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from afd_plugin.connectors.extra_config import ExtraConfigSchema
@@ -19,3 +21,15 @@ class P2pGlooExtraConfig(ExtraConfigSchema):
 
     peer_timeout_s: float = Field(default=60.0, gt=0)
     """How long one send or receive may wait for the peer before failing."""
+
+    transport: Literal["auto", "gloo", "shm"] = "auto"
+    """Data path: `shm` (shared-memory rings, for roles on one machine; x86-64
+    Linux), `gloo` (TCP, anywhere), or `auto` (`shm` when every peer runs on
+    this machine, else `gloo`). The control plane always runs over gloo."""
+
+    shm_ring_bytes: int = Field(default=8 << 20, ge=4096)
+    """Capacity of each shared-memory ring (one per peer and direction); a
+    larger message streams through it."""
+
+    shm_spin_us: float = Field(default=50.0, ge=0)
+    """How long a shared-memory wait spins before it sleeps on the doorbell."""

@@ -1,0 +1,127 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``bench.json`` and the side-by-side table of ``afd-e2e bench``: per
+concurrency, output tok/s of both deployments, their ratio, and TTFT, TPOT and
+ITL percentiles, all from vLLM's serving benchmark results."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from afd_e2e.bench.options import METRICS, PERCENTILES, BenchOptions
+
+DEPLOYMENTS = ("colocated", "afd")
+
+
+@dataclass
+class BenchReport:
+    """Everything one bench run measured, by deployment and concurrency."""
+
+    scenario_id: str
+    options: BenchOptions
+    run_id: str = ""
+    """The run marker every server of the bench carried."""
+    results: dict[str, dict[int, dict[str, Any]]] = field(
+        default_factory=lambda: {d: {} for d in DEPLOYMENTS}
+    )
+    """deployment -> concurrency -> the serving benchmark's result JSON."""
+    errors: list[str] = field(default_factory=list)
+    teardown: dict[str, list[str]] = field(default_factory=dict)
+    """deployment -> teardown problems (a SIGKILL fails the run)."""
+
+    def ratio(self, concurrency: int) -> float | None:
+        """AFD output throughput over colocated, at one concurrency."""
+        afd = self.results["afd"].get(concurrency)
+        colocated = self.results["colocated"].get(concurrency)
+        if not afd or not colocated or not colocated.get("output_throughput"):
+            return None
+        return afd["output_throughput"] / colocated["output_throughput"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario_id,
+            "run_id": self.run_id,
+            "options": asdict(self.options),
+            "results": {
+                d: {str(c): r for c, r in runs.items()}
+                for d, runs in self.results.items()
+            },
+            "ratio_output_throughput": {
+                str(c): self.ratio(c) for c in self.options.concurrency
+            },
+            "errors": self.errors,
+            "teardown": self.teardown,
+        }
+
+
+def write_json(report: BenchReport, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def _num(result: Mapping[str, Any] | None, key: str, fmt: str = "{:.1f}") -> str:
+    if not result or result.get(key) is None:
+        return "-"
+    return fmt.format(result[key])
+
+
+def table(report: BenchReport) -> str:
+    """The side-by-side table, one row per concurrency."""
+    header = ["conc", "colocated tok/s", "AFD tok/s", "AFD/colocated"]
+    for metric in METRICS:
+        for p in PERCENTILES:
+            header.append(f"{metric.upper()} p{p} ms (coloc / AFD)")
+    rows = []
+    for c in report.options.concurrency:
+        colocated = report.results["colocated"].get(c)
+        afd = report.results["afd"].get(c)
+        ratio = report.ratio(c)
+        row = [
+            str(c),
+            _num(colocated, "output_throughput"),
+            _num(afd, "output_throughput"),
+            "-" if ratio is None else f"{ratio:.2f}",
+        ]
+        for metric in METRICS:
+            for p in PERCENTILES:
+                key = f"p{p}_{metric}_ms"
+                row.append(f"{_num(colocated, key)} / {_num(afd, key)}")
+        rows.append(row)
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
+    lines += [
+        "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in rows
+    ]
+    return "\n".join(lines)
+
+
+def plot(report: BenchReport, path: Path) -> Path | None:
+    """Output tok/s against concurrency for both deployments (needs the bench
+    extra, matplotlib); None when it is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    figure, axes = plt.subplots(figsize=(6, 4))
+    for deployment in DEPLOYMENTS:
+        runs = report.results[deployment]
+        xs = [c for c in report.options.concurrency if c in runs]
+        axes.plot(
+            xs, [runs[c]["output_throughput"] for c in xs], marker="o", label=deployment
+        )
+    axes.set_xscale("log", base=2)
+    axes.set_xlabel("max concurrency")
+    axes.set_ylabel("output tokens/s")
+    axes.set_title(f"afd-e2e bench {report.scenario_id}")
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+    return path

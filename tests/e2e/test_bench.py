@@ -1,0 +1,72 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``afd-e2e bench`` for real: vLLM's serving benchmark against the colocated
+baseline, then the AFD pair of cpu-eager-1a1f, a small workload; bench.json
+holds both deployments' results and their ratio, and nothing is left running.
+Figures are benchmarks' business (benchmarks/, the README): this checks that
+the tool measures, not what it measures.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_main_job import ROOT, processes_with_marker
+
+pytestmark = pytest.mark.e2e
+
+BENCH_LIMIT_S = 900
+
+
+def test_bench_measures_both_deployments_with_one_workload(
+    tmp_path: Path, tiny_model_root: Path
+) -> None:
+    run_dir = tmp_path / "bench"
+    argv = [
+        sys.executable,
+        "-m",
+        "afd_e2e.cli",
+        "bench",
+        "cpu-eager-1a1f",
+        "--concurrency",
+        "1,4",
+        "--num-prompts",
+        "4",
+        "--input-len",
+        "32",
+        "--output-len",
+        "8",
+        "--run-dir",
+        str(run_dir),
+        "--model-root",
+        str(tiny_model_root),
+        "--json",
+    ]
+    done = subprocess.run(
+        argv,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=BENCH_LIMIT_S,
+        start_new_session=True,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    saved = json.loads((run_dir / "bench.json").read_text())
+    assert json.loads(done.stdout) == saved
+    assert saved["errors"] == [] and saved["teardown"] == {"colocated": [], "afd": []}
+    for deployment in ("colocated", "afd"):
+        for concurrency in ("1", "4"):
+            served = saved["results"][deployment][concurrency]
+            assert served["completed"] == 4 and served["failed"] == 0
+            assert served["max_concurrency"] == int(concurrency)
+            assert served["total_output_tokens"] == 4 * 8  # --ignore-eos
+            assert served["output_throughput"] > 0
+    assert all(r > 0 for r in saved["ratio_output_throughput"].values())
+    # The AFD phase really ran AFD: its attention rank met its FFN rank.
+    attention_log = (run_dir / "afd" / "attention-0.log").read_text(errors="replace")
+    assert "AFD attention rank 0 joined the AFD world" in attention_log
+    assert "AFD/colocated" in done.stderr  # the side-by-side table
+    assert processes_with_marker(saved["run_id"]) == []

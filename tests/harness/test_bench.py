@@ -1,0 +1,93 @@
+# SPDX-License-Identifier: Apache-2.0
+"""afd-e2e bench without servers: the workload both deployments get, what it
+refuses (every bad flag at once, scenarios it cannot compare or run), and the
+table and bench.json it makes from vLLM's serving-benchmark results. The real
+run is tests/e2e/test_bench.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from lint_repo import ROOT
+
+from afd_e2e.bench.options import BenchOptions, client_argv
+from afd_e2e.bench.report import BenchReport, table, write_json
+from afd_e2e.cli import main
+
+
+def result(tok_s: float, tpot: float) -> dict[str, float]:
+    """The fields of a vllm.benchmarks.serve result the report reads."""
+    out = {"output_throughput": tok_s, "completed": 4, "failed": 0}
+    for metric, base in (("ttft", 30.0), ("tpot", tpot), ("itl", tpot)):
+        out[f"p50_{metric}_ms"] = base
+        out[f"p99_{metric}_ms"] = base * 2
+    return out
+
+
+def test_both_deployments_get_the_same_workload() -> None:
+    options = BenchOptions(concurrency=(1, 8), input_len=32, output_len=8, seed=7)
+    argv = client_argv(
+        options,
+        8,
+        base_url="http://127.0.0.1:9",
+        served_name="tiny",
+        tokenizer="/models/tiny",
+        out=Path("out.json"),
+    )
+    assert argv[1:5] == ["-m", "afd_e2e.bench.serve_client", "out.json", "--"]
+    rest = argv[5:]
+    flags = {
+        a: b for a, b in zip(rest, rest[1:], strict=False) if a.startswith("--")
+    }
+    assert flags["--max-concurrency"] == "8"
+    assert flags["--random-input-len"] == "32"
+    assert flags["--random-output-len"] == "8"
+    assert flags["--seed"] == "7"
+    assert flags["--tokenizer"] == "/models/tiny"
+    assert "--ignore-eos" in argv
+
+
+def test_every_bad_option_is_reported_at_once(capsys: pytest.CaptureFixture) -> None:
+    code = main(
+        ["bench", "--root", str(ROOT), "--concurrency", "0,4,4", "--output-len", "0"]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "--concurrency: values must be >= 1, got 0" in err
+    assert "--concurrency: values repeat: [0, 4, 4]" in err
+    assert "--output-len: must be >= 1, got 0" in err
+
+
+@pytest.mark.parametrize(
+    ("scenario", "why"),
+    [
+        ("baseline-graph", "is not an AFD scenario: nothing to compare"),
+        ("npu-afd-eager-2a2f", "needs what is not in this build"),
+        ("no-such-scenario", "no scenario 'no-such-scenario'"),
+    ],
+)
+def test_scenarios_it_cannot_compare_start_nothing(
+    scenario: str, why: str, capsys: pytest.CaptureFixture
+) -> None:
+    code = main(["bench", scenario, "--root", str(ROOT)])
+    assert code == 2
+    assert why in capsys.readouterr().err
+
+
+def test_the_table_and_json_put_both_deployments_side_by_side(tmp_path: Path) -> None:
+    report = BenchReport("cpu-eager-1a1f", BenchOptions(concurrency=(1, 8)))
+    report.results["colocated"] = {1: result(100.0, 4.0), 8: result(400.0, 6.0)}
+    report.results["afd"] = {1: result(50.0, 9.0)}
+    report.errors.append("afd concurrency 8: the serving benchmark exited with 1")
+    assert report.ratio(1) == 0.5 and report.ratio(8) is None
+    lines = table(report).splitlines()
+    assert lines[0].split()[:4] == ["conc", "colocated", "tok/s", "AFD"]
+    assert lines[1].split()[:4] == ["1", "100.0", "50.0", "0.50"]
+    assert "4.0 / 9.0" in lines[1] and "8.0 / 18.0" in lines[1]  # TPOT p50, p99
+    assert lines[2].split()[:4] == ["8", "400.0", "-", "-"]
+    saved = json.loads(write_json(report, tmp_path / "bench.json").read_text())
+    assert saved["ratio_output_throughput"] == {"1": 0.5, "8": None}
+    assert saved["results"]["afd"]["1"]["output_throughput"] == 50.0
+    assert saved["errors"] == report.errors
