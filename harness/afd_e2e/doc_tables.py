@@ -15,6 +15,7 @@ from typing import Literal, get_args, get_origin
 
 from afd_plugin.config import ALIASES, AFDConfig
 from afd_plugin.connectors.registry import AFDConnectorFactory
+from afd_plugin.envs import ENV_VARS
 from afd_plugin.graph_policy import allowed_graph_modes
 from afd_plugin.model_support import MODEL_FAMILIES
 
@@ -153,11 +154,20 @@ def replace_block(text: str, name: str, content: str) -> str:
     )
 
 
+def env_table() -> str:
+    rows = [
+        [f"`{v.name}`", "unset" if v.default is None else f"`{v.default}`", v.doc]
+        for v in ENV_VARS.values()
+    ]
+    return _table(["Variable", "Default", "Meaning"], rows)
+
+
 def core_blocks() -> list[Generated]:
     return [
         Generated("README.md", "config", config_table),
         Generated("README.md", "connectors", connector_table),
         Generated("README.md", "models", model_table),
+        Generated("README.md", "envs", env_table),
     ]
 
 

@@ -38,6 +38,13 @@ class EnvVar:
             raise ValueError(f"environment variable {self.name}: {exc}") from None
 
 
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise ValueError(f"expected a number > 0, got {text!r}")
+    return value
+
+
 ENV_VARS: dict[str, EnvVar] = {
     v.name: v
     for v in (
@@ -46,6 +53,14 @@ ENV_VARS: dict[str, EnvVar] = {
             _flag,
             False,
             "Make register() a no-op in this process (escape hatch for debugging).",
+        ),
+        EnvVar(
+            "AFD_SWITCH_INTERVAL_US",
+            _positive_float,
+            None,
+            "Python's thread switch interval in an AFD role process, in "
+            "microseconds (sys.setswitchinterval; Python's default is 5000). A "
+            "thread woken from an exchange waits up to this long for the GIL.",
         ),
     )
 }

@@ -9,8 +9,10 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 from typing import TYPE_CHECKING, Any
 
+from afd_plugin import envs
 from afd_plugin.config import AFDConfig
 from afd_plugin.errors import AFDConfigError, FieldError
 from afd_plugin.patches import require_patches
@@ -63,6 +65,10 @@ class AFDRoleWorkerMixin:
     def __init__(self, vllm_config: VllmConfig, *args: Any, **kwargs: Any) -> None:
         # Every check that can fail runs before vLLM's worker set-up.
         self.afd = check_role_worker(vllm_config, self.afd_role, type(self).__name__)
+        switch_us = envs.get("AFD_SWITCH_INTERVAL_US")
+        if switch_us is not None:
+            sys.setswitchinterval(switch_us * 1e-6)
+            logger.info("afd-plugin: thread switch interval %.0f us", switch_us)
         super().__init__(vllm_config, *args, **kwargs)  # type: ignore[call-arg]
 
     def afd_build_connector(self) -> AFDConnector:
