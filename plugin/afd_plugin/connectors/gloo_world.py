@@ -264,7 +264,18 @@ class GlooWorld:
 
     def _peer_error(self, peer: int, doing: str, exc: Exception) -> AFDPeerError:
         text = str(exc)
-        if "Timed out" in text or "timeout" in text.lower():
+        timed_out = "Timed out" in text or "timeout" in text.lower()
+        detail = text.splitlines()[0] if text else type(exc).__name__
+        return self.peer_error(
+            peer, doing, timed_out=timed_out, via=f"gloo: {detail}"
+        )
+
+    def peer_error(
+        self, peer: int, doing: str, *, timed_out: bool, via: str
+    ) -> AFDPeerError:
+        """The error of a failed exchange with ``peer``, for every data path:
+        who, doing what, and why (silent, closing, or gone)."""
+        if timed_out:
             why = (
                 f"no answer within {self.peer_timeout.total_seconds():.0f}s "
                 "(peer_timeout_s)"
@@ -274,8 +285,7 @@ class GlooWorld:
         else:
             why = "the connection to the peer is lost (it crashed or was killed)"
         return AFDPeerError(
-            f"{self.me()} failed {doing} with {self.describe(peer)}: {why}. "
-            f"gloo: {text.splitlines()[0] if text else type(exc).__name__}"
+            f"{self.me()} failed {doing} with {self.describe(peer)}: {why}. {via}"
         )
 
     # -- leaving ------------------------------------------------------------

@@ -208,15 +208,8 @@ class ShmTransport(DataTransport):
     # -- data ---------------------------------------------------------------
 
     def _failure(self, peer: int, doing: str, exc: Exception) -> AFDPeerError:
-        if isinstance(exc, RingTimeout):
-            why = f"no answer within {self._timeout_s:.0f}s (peer_timeout_s)"
-        elif self.world.peer_left(peer):
-            why = "the peer closed its AFD connector (it is shutting down)"
-        else:
-            why = "the connection to the peer is lost (it crashed or was killed)"
-        return AFDPeerError(
-            f"{self.world.me()} failed {doing} with {self.world.describe(peer)}: "
-            f"{why}. shm: {exc}"
+        return self.world.peer_error(
+            peer, doing, timed_out=isinstance(exc, RingTimeout), via=f"shm: {exc}"
         )
 
     def _channel(self, peer: int) -> _Channel:
