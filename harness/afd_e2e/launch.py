@@ -83,6 +83,20 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def server_argv(
+    model: str,
+    port: int,
+    *,
+    python: str = sys.executable,
+    served_name: str | None = None,
+) -> list[str]:
+    """The command line of one vLLM OpenAI server on loopback ``port``."""
+    argv = [python, "-m", API_MODULE, "--model", model]
+    if served_name is not None:
+        argv += ["--served-model-name", served_name]
+    return [*argv, "--host", HOST, "--port", str(port)]
+
+
 def resolve_model(scenario: Scenario, model_root: Path) -> str:
     """Where the weights are: a tiny model's cache directory, or the hub id
     under the model root (plain ``<root>/<hub_id>`` or a hub-cache snapshot)."""
@@ -175,19 +189,7 @@ def build_plan(
         api_port = next_api if next_api is not None else free_port()
         if next_api is not None:
             next_api += 1
-        argv = [
-            python,
-            "-m",
-            API_MODULE,
-            "--model",
-            model_path,
-            "--served-model-name",
-            served,
-            "--host",
-            HOST,
-            "--port",
-            str(api_port),
-        ]
+        argv = server_argv(model_path, api_port, python=python, served_name=served)
         argv += _parallel_args(topo, free_port() if topo.dp > 1 else None)
         argv += _graph_args(scenario)
         if role != "baseline":

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import json
 import secrets
-import sys
-import urllib.request
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from afd_e2e.launch import API_MODULE, HOST, free_port
+from afd_e2e.completions import greedy_token_ids
+from afd_e2e.launch import HOST, free_port, server_argv
 from afd_e2e.procs import ProcessManager, ProcessSpec, RoleProcess, tail_lines
 from afd_e2e.readiness import health_probe
 from afd_e2e.teardown_record import TeardownRecord
@@ -52,9 +51,6 @@ READY_TIMEOUT_S = 420.0
 REQUEST_TIMEOUT_S = 120.0
 LOG_TAIL_LINES = 40
 
-# Requests go straight to the servers (never through an environment proxy);
-# urllib never retries, so a failed request fails at once.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def afd_config(
@@ -172,17 +168,13 @@ class VllmServer:
     ) -> list[list[int]]:
         """Greedy completions of ``prompts`` in one request (never retried);
         the generated token ids in prompt order."""
-        body = {
-            "model": self.model,
-            "prompt": list(prompts),
-            "max_tokens": max_tokens,
-            "temperature": 0,
-            "ignore_eos": True,
-            "return_token_ids": True,
-        }
-        answer = self._post("/v1/completions", body, timeout_s)
-        choices = sorted(answer["choices"], key=lambda c: c["index"])
-        return [c["token_ids"] for c in choices]
+        try:
+            return greedy_token_ids(
+                self.base_url, self.model, prompts, max_tokens, timeout_s
+            )
+        except OSError as exc:  # HTTPError and URLError too; the caller decides
+            exc.add_note(f"{self.name}: completion failed\n{self.log_tail(20)}")
+            raise
 
     def complete_each(
         self, prompts: Sequence[str], max_tokens: int = 16
@@ -191,20 +183,6 @@ class VllmServer:
         any run (a multi-prompt request is batched as its prompts arrive, and
         kernels may round differently for other batch shapes)."""
         return [self.complete([p], max_tokens)[0] for p in prompts]
-
-    def _post(self, path: str, body: Mapping[str, Any], timeout_s: float) -> Any:
-        request = urllib.request.Request(
-            self.url(path),
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
-        try:
-            with _OPENER.open(request, timeout=timeout_s) as response:
-                return json.load(response)
-        except OSError as exc:  # HTTPError and URLError too; the caller decides
-            exc.add_note(f"{self.name}: POST {path} failed\n{self.log_tail(20)}")
-            raise
 
     # -- log
 
@@ -265,19 +243,7 @@ class VllmServers(AbstractContextManager["VllmServers"]):
         """Launch one server (returns at once; call ``wait_ready``). ``name``
         is a role name: lower case, digits, ``-`` and ``_``."""
         port = free_port()
-        argv = [
-            sys.executable,
-            "-m",
-            API_MODULE,
-            "--model",
-            str(model),
-            "--host",
-            HOST,
-            "--port",
-            str(port),
-            *self.base_args,
-            *extra_args,
-        ]
+        argv = [*server_argv(str(model), port), *self.base_args, *extra_args]
         if additional_config is not None:
             argv += ["--additional-config", json.dumps(additional_config)]
         spec = ProcessSpec(name, 0, argv, {**self.env, **(env or {})})

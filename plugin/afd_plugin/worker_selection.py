@@ -3,7 +3,7 @@
 and which platforms' role workers this build holds.
 
 Pure: the config patch calls ``resolve_worker_cls`` after vLLM's platform has
-normalised the parallel config; the validator asks ``platforms_in_build``.
+normalised the parallel config; the validator asks ``worker_in_build``.
 """
 
 from __future__ import annotations

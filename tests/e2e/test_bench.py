@@ -9,12 +9,10 @@ the tool measures, not what it measures.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from test_main_job import ROOT, processes_with_marker
+from test_main_job import afd_e2e, processes_with_marker
 
 pytestmark = pytest.mark.e2e
 
@@ -25,10 +23,7 @@ def test_bench_measures_both_deployments_with_one_workload(
     tmp_path: Path, tiny_model_root: Path
 ) -> None:
     run_dir = tmp_path / "bench"
-    argv = [
-        sys.executable,
-        "-m",
-        "afd_e2e.cli",
+    done = afd_e2e(
         "bench",
         "cpu-eager-1a1f",
         "--concurrency",
@@ -44,14 +39,7 @@ def test_bench_measures_both_deployments_with_one_workload(
         "--model-root",
         str(tiny_model_root),
         "--json",
-    ]
-    done = subprocess.run(
-        argv,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=BENCH_LIMIT_S,
-        start_new_session=True,
+        timeout_s=BENCH_LIMIT_S,
     )
     assert done.returncode == 0, done.stderr[-4000:]
     saved = json.loads((run_dir / "bench.json").read_text())

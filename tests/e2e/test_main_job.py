@@ -20,12 +20,21 @@ ROOT = Path(__file__).resolve().parents[2]
 RUN_LIMIT_S = 1500
 
 
+def afd_e2e(*args: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """The ``afd-e2e`` command as a user runs it, in its own session."""
+    return subprocess.run(
+        [sys.executable, "-m", "afd_e2e.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        start_new_session=True,
+    )
+
+
 def run_scenario(scenario: str, run_dir: Path, model_root: Path) -> dict:
     """``afd-e2e run`` as a user runs it; its results.json."""
-    argv = [
-        sys.executable,
-        "-m",
-        "afd_e2e.cli",
+    done = afd_e2e(
         "run",
         scenario,
         "--run-dir",
@@ -33,14 +42,7 @@ def run_scenario(scenario: str, run_dir: Path, model_root: Path) -> dict:
         "--model-root",
         str(model_root),
         "--json",
-    ]
-    done = subprocess.run(
-        argv,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=RUN_LIMIT_S,
-        start_new_session=True,
+        timeout_s=RUN_LIMIT_S,
     )
     results_path = run_dir / "results.json"
     assert results_path.exists(), done.stderr[-4000:]

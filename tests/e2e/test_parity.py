@@ -63,6 +63,8 @@ def test_afd_tokens_equal_colocated(
     ffn_log = ffn.log_text()
     assert "AFD ffn rank 0 joined the AFD world" in ffn_log
     assert "FFN daemon serving" in ffn_log
+    # Both roles on one machine: the hidden states took the shared-memory path.
+    assert "shared-memory data path with 1 peer(s)" in ffn_log
     # The FFN server holds no KV cache; the attention server does.
     assert "KV cache size" not in ffn_log
     assert "KV cache size" in attention.log_text()

@@ -4,9 +4,9 @@ of the same model, token for token, on a fixed prompt set."""
 
 from __future__ import annotations
 
-import json
-import urllib.request
 from dataclasses import dataclass
+
+from afd_e2e.completions import greedy_token_ids
 
 PROMPTS: tuple[str, ...] = (
     "Janet has three apples and buys five more. How many apples does she have?",
@@ -53,35 +53,12 @@ def greedy_tokens(
 def _greedy_one(
     base_url: str, model: str, prompt: str, max_tokens: int, timeout_s: float
 ) -> list[int]:
-    body = json.dumps(
-        {
-            "model": model,
-            "prompt": prompt,
-            "max_tokens": max_tokens,
-            "temperature": 0.0,
-            "return_token_ids": True,
-            "ignore_eos": True,
-        }
-    ).encode()
-    request = urllib.request.Request(
-        base_url.rstrip("/") + "/v1/completions",
-        data=body,
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        with opener.open(request, timeout=timeout_s) as response:
-            answer = json.loads(response.read())
+        return greedy_token_ids(base_url, model, [prompt], max_tokens, timeout_s)[0]
     except OSError as exc:
         raise ParityError(f"{base_url}: completion request failed: {exc}") from None
-    choices = answer.get("choices", [])
-    if len(choices) != 1:
-        raise ParityError(f"{base_url}: {len(choices)} choices for one prompt")
-    ids = choices[0].get("token_ids")
-    if not isinstance(ids, list):
-        raise ParityError(f"{base_url}: no token_ids in the answer (return_token_ids)")
-    return [int(t) for t in ids]
+    except ValueError as exc:
+        raise ParityError(f"{base_url}: {exc}") from None
 
 
 def compare(reference: list[list[int]], afd: list[list[int]]) -> ParityOutcome:
