@@ -23,6 +23,14 @@ def role_topology(scenario: Scenario, role: str) -> RoleTopology:
     return scenario.topology.ffn
 
 
+def cpu_micro_batches(scenario: Scenario) -> int:
+    """``afd.micro_batches``: the scenario's micro-batches on the CPU, where
+    vLLM has no DBO; 1 elsewhere (there the role args carry --enable-dbo)."""
+    if scenario.backend == "cpu" and scenario.dbo.enabled:
+        return scenario.dbo.ubatches
+    return 1
+
+
 def additional_config(
     scenario: Scenario, role: str, host: str, port: int
 ) -> dict[str, Any]:
@@ -37,6 +45,7 @@ def additional_config(
             "num_attention_ranks": scenario.topology.attention.ranks,
             "num_ffn_ranks": scenario.topology.ffn.ranks,
             "compute_gate_on_attention": scenario.compute_gate_on_attention,
+            "micro_batches": cpu_micro_batches(scenario),
             "connector_extra_config": dict(scenario.connector.extra),
         }
     }
@@ -59,6 +68,6 @@ def deployment(scenario: Scenario, role: str) -> Deployment:
         dp=topo.dp,
         tp=topo.tp,
         enable_expert_parallel=topo.ep,
-        enable_dbo=scenario.dbo.enabled,
+        enable_dbo=scenario.dbo.enabled and scenario.backend != "cpu",
         num_ubatches=scenario.dbo.ubatches,
     )

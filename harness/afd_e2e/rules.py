@@ -21,6 +21,7 @@ _PLUGIN_TO_SCENARIO = {
     "deployment.model_runner": ("model_runner",),
     "deployment.enable_dbo": ("dbo", "enabled"),
     "deployment.num_ubatches": ("dbo", "ubatches"),
+    "additional_config.afd.micro_batches": ("dbo", "ubatches"),
     "deployment.architecture": ("model",),
     "deployment.platform": ("backend",),
 }

@@ -110,7 +110,8 @@ class DboSpec(_Strict):
     """Dual-batch overlap (two micro-batches)."""
 
     enabled: bool = False
-    """Run DBO (``--enable-dbo``)."""
+    """Run two micro-batches: vLLM's DBO on CUDA (``--enable-dbo`` in the
+    role args), ``afd.micro_batches`` on the CPU (set by the launcher)."""
     ubatches: int = Field(default=2, ge=1)
     """Micro-batches per step; AFD supports exactly 2."""
 

@@ -75,6 +75,13 @@ class AFDConfig(BaseModel):
     compute_gate_on_attention: bool = False
     """Run the MoE router (gate) on the attention side and send its logits."""
 
+    micro_batches: Literal[1, 2] = 1
+    """Micro-batches per decode step on the CPU, where vLLM has no DBO (its CPU
+    platform turns `--enable-dbo` off): `2` splits each decode step of two or
+    more requests (at least `--dbo-decode-token-threshold` tokens) in two and
+    runs one half's attention while the FFN role serves the other half. Both
+    roles set it alike. On CUDA, two micro-batches are vLLM's `--enable-dbo`."""
+
     connector_extra_config: dict[str, Any] = Field(default_factory=dict)
     """Connector-owned settings, checked by the connector's closed schema."""
 

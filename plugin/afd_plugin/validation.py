@@ -130,11 +130,7 @@ def _check_connector(cfg: AFDConfig, dep: Deployment, errors: list[FieldError]) 
                 "must be false for CAMP2pAFDConnector (CAM P2P operator contract)",
             )
     if cfg.connector == "CAMAsyncAFDConnector" and not gate:
-        why = (
-            " (async_moe_ubatching is on)"
-            if extra.async_moe_ubatching
-            else ""
-        )
+        why = " (async_moe_ubatching is on)" if extra.async_moe_ubatching else ""
         _e(errors, gate_path, f"must be true for CAMAsyncAFDConnector{why}")
     return spec.has_control_plane
 
@@ -227,22 +223,49 @@ def _check_v2(cfg: AFDConfig, dep: Deployment, errors: list[FieldError]) -> None
 def _check_dbo(
     has_cp: bool, cfg: AFDConfig, dep: Deployment, errors: list[FieldError]
 ) -> None:
-    if not dep.enable_dbo:
+    if dep.enable_dbo:
+        if dep.num_ubatches != 2:
+            _e(
+                errors,
+                f"{DEP}.num_ubatches",
+                f"DBO runs exactly 2 micro-batches, got {dep.num_ubatches}",
+            )
+        if dep.platform == "cpu":
+            _e(
+                errors,
+                f"{DEP}.enable_dbo",
+                "vLLM's CPU platform turns --enable-dbo off; two micro-batches "
+                f"on cpu are {AFD}.micro_batches: 2",
+            )
+        if not has_cp:
+            _e(
+                errors,
+                f"{DEP}.enable_dbo",
+                f"native DBO is not supported by {cfg.connector} (no control "
+                "plane); use its async_moe_ubatching instead",
+            )
+    if cfg.micro_batches == 1:
         return
-    if dep.num_ubatches != 2:
+    path = f"{AFD}.micro_batches"
+    if dep.platform != "cpu":
         _e(
             errors,
-            f"{DEP}.num_ubatches",
-            f"DBO runs exactly 2 micro-batches, got {dep.num_ubatches}",
+            path,
+            f"is the CPU switch; two micro-batches on {dep.platform} are vLLM's "
+            "--enable-dbo",
         )
-    if dep.platform == "cpu":
-        _e(errors, f"{DEP}.enable_dbo", "DBO is not supported on cpu")
     if not has_cp:
         _e(
             errors,
-            f"{DEP}.enable_dbo",
-            f"native DBO is not supported by {cfg.connector} (no control plane); "
-            "use its async_moe_ubatching instead",
+            path,
+            f"{cfg.connector} has no control plane to announce the micro-batches",
+        )
+    if cfg.is_attention and dep.dp != 1:
+        _e(
+            errors,
+            f"{DEP}.dp",
+            f"CPU micro-batches split one attention rank's step; attention DP must "
+            f"be 1 with micro_batches: 2, got {dep.dp}",
         )
 
 
@@ -279,4 +302,3 @@ def validate_deployment(cfg: AFDConfig, dep: Deployment) -> None:
     errors = check_deployment(cfg, dep)
     if errors:
         raise AFDConfigError(errors)
-

@@ -30,8 +30,8 @@ from afd_plugin.connectors.base import (
 )
 from afd_plugin.connectors.cpu.p2p_gloo import P2pGlooAFDConnector
 from afd_plugin.evidence import parse_line
+from afd_plugin.models import micro_batch
 from afd_plugin.models.forward_metadata import current_metadata
-from afd_plugin.runtime import attention_runner
 from afd_plugin.runtime.attention_runner import AFDAttentionRunnerMixin, AFDStepEntry
 from afd_plugin.step_kind import StepKind
 from afd_plugin.step_protocol import step_payload
@@ -210,7 +210,7 @@ def test_micro_batches_announce_both_stages_and_install_each(
         (1, (2,)),
     ]
     # A micro-batch thread: its own forward context, no second announcement.
-    monkeypatch.setattr(attention_runner, "current_ubatch", lambda: 1)
+    monkeypatch.setattr(micro_batch, "current_ubatch", lambda: 1)
     with set_forward_context(None, runner.vllm_config, num_tokens=2):
         model(**tokens(2))
     assert len(connector.sent) == 2

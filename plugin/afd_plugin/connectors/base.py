@@ -158,6 +158,14 @@ class AFDConnector(ABC):
     def close(self) -> None:
         """Release groups and buffers; idempotent, safe on a half-built connector."""
 
+    @property
+    def buffered_sends(self) -> bool:
+        """Whether a send returns before the peer receives it (one message per
+        micro-batch stage fits in flight). The FFN side then serves each
+        micro-batch as it arrives (``runtime/ffn_schedule.py``, pipelined);
+        else it mirrors the attention side's order."""
+        return False
+
     def peers_left(self) -> bool:
         """FFN side: whether every served attention rank closed in order (a
         lost connection is then a shutdown, not a failure)."""

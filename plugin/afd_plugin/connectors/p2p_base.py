@@ -39,6 +39,8 @@ class DataTransport(ABC):
     """Moves whole tensors between two global ranks of the AFD world."""
 
     device: torch.device
+    buffered: bool = False
+    """A send returns before the peer receives (see AFDConnector.buffered_sends)."""
 
     @abstractmethod
     def send(self, tensor: torch.Tensor, dst: int, tag: int, what: str) -> None: ...
@@ -199,6 +201,10 @@ class P2pAFDConnectorBase(AFDConnector):
         except BaseException:
             self.close()  # the next attempt starts from nothing
             raise
+
+    @property
+    def buffered_sends(self) -> bool:
+        return self.transport is not None and self.transport.buffered
 
     def world_or_raise(self) -> GlooWorld:
         if self.world is None or not self.world.connected:

@@ -104,6 +104,7 @@ class DeepseekV2AttentionModel(AFDRoleModel, ds.DeepseekV2ForCausalLM):
         layers = [layer.mlp for layer in self.model.layers]
         self.afd_spec = exchange_spec(
             vllm_config,
+            afd,
             self.config.hidden_size,
             _router_dtype(self.config),
             (LayerExchange(b.layer_index, b.kind, b.router_logits) for b in layers),

@@ -79,6 +79,7 @@ class Qwen3MoeAttentionModel(AFDRoleModel, qm.Qwen3MoeForCausalLM):
         blocks = [layer.mlp for layer in self.model.layers]
         self.afd_spec = exchange_spec(
             vllm_config,
+            afd,
             self.config.hidden_size,
             None,
             (LayerExchange(b.layer_index, b.kind, 0) for b in blocks),

@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 from torch import nn
-from vllm.v1.worker.ubatching import dbo_enabled, dbo_yield
 
 from afd_plugin.models.forward_metadata import current_metadata
+from afd_plugin.models.micro_batch import yield_turn
 
 
 class RemoteFFN(nn.Module):
@@ -36,8 +36,7 @@ class RemoteFFN(nn.Module):
         connector.send_attn_output(
             hidden_states, self.layer_index, metadata.stage, **extras
         )
-        if dbo_enabled():
-            # Two micro-batches: let the other one send this layer before this
-            # one waits (the order the FFN side serves, runtime/ffn_schedule.py).
-            dbo_yield()
+        # Two micro-batches: the other one runs its attention and sends this
+        # layer while the FFN side works on ours (runtime/ffn_schedule.py).
+        yield_turn()
         return connector.recv_ffn_output(self.layer_index, metadata.stage)

@@ -55,6 +55,7 @@ def bind_afd_config(model_class: type, afd: AFDConfig) -> type:
 
 def exchange_spec(
     vllm_config: VllmConfig,
+    afd: AFDConfig,
     hidden_size: int,
     router_dtype: torch.dtype | None,
     layers: Iterable[LayerExchange],
@@ -66,8 +67,9 @@ def exchange_spec(
         dtype=str(dtype).removeprefix("torch."),
         router_dtype=str(router_dtype or dtype).removeprefix("torch."),
         layers=tuple(layers),
-        # Micro-batch stages per step; both roles must run --enable-dbo alike.
-        stages=parallel.num_ubatches if parallel.use_ubatching else 1,
+        # Micro-batch stages per step, agreed at rendezvous: vLLM's DBO
+        # (--enable-dbo, CUDA) or the CPU micro-batches (afd.micro_batches).
+        stages=parallel.num_ubatches if parallel.use_ubatching else afd.micro_batches,
     )
 
 
@@ -100,6 +102,7 @@ class FFNRoleModel(AFDRoleModel, nn.Module):
         self.model = self.build_blocks(vllm_config, maybe_prefix(prefix, "model"))
         self.afd_spec = exchange_spec(
             vllm_config,
+            self.afd,
             self.config.hidden_size,
             self.router_dtype(),
             (

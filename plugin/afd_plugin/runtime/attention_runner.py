@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from vllm.forward_context import get_forward_context, is_forward_context_available
 
 from afd_plugin.evidence import format_dual_ubatch
+from afd_plugin.models import micro_batch
 from afd_plugin.models.forward_metadata import AFDForwardMetadata, install_metadata
 from afd_plugin.runtime.role import AFDRoleRunnerMixin
 from afd_plugin.step_kind import MARKED_KINDS, StepKind, resolve_step_kind
@@ -40,13 +41,6 @@ if TYPE_CHECKING:
     from afd_plugin.wire import AFDControlPayload
 
 logger = logging.getLogger("afd_plugin")
-
-
-def current_ubatch() -> int | None:
-    """The micro-batch this thread runs inside vLLM's DBO, or None."""
-    from vllm.v1.worker.ubatching import dbo_current_ubatch_id, dbo_enabled
-
-    return dbo_current_ubatch_id() if dbo_enabled() else None
 
 
 class AFDStepEntry:
@@ -217,7 +211,7 @@ class AFDAttentionRunnerMixin(AFDRoleRunnerMixin):
     def _afd_pre_forward(
         self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> None:
-        ubatch = current_ubatch()
+        ubatch = micro_batch.current_ubatch()
         if ubatch is not None:
             # A micro-batch thread has its own forward context; the step began
             # at the runner's entry with one payload per stage.

@@ -1,11 +1,23 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The order in which the FFN side serves one step's (layer, stage) exchanges,
-matching the order the attention side issues them.
+"""The order in which the FFN side serves one step's (layer, stage) exchanges.
 
 Pure. With two micro-batches the attention side yields to the other
 micro-batch after every send, so its wire order is: send L0 s0, send L0 s1,
-recv L0 s0, send L1 s0, recv L0 s1, send L1 s1, ... The FFN side mirrors it
-exactly, so point-to-point transports without tags (NCCL) never deadlock.
+recv L0 s0, send L1 s0, recv L0 s1, send L1 s1, ...
+
+Two FFN orders match it:
+
+- **mirrored** (transports that match operations one to one, without tags or
+  buffering, NCCL): the FFN side issues exactly the mirror image, so no send
+  waits on a receive the peer posts later. Each stage's block then waits for
+  the other stage's next input, so FFN and attention work in turn.
+- **pipelined** (buffered transports, whose sends return before the peer
+  receives: the shared-memory rings): per layer and stage, receive and run at
+  once. The FFN side works on one micro-batch while the attention side runs
+  the other's attention: the ping-pong that makes the split pay.
+
+Each direction carries the same sequence in both orders; only when the FFN
+side receives differs.
 """
 
 from __future__ import annotations
@@ -26,13 +38,22 @@ class ExchangeOp:
 
 
 def exchange_schedule(
-    layers: Sequence[int], stages: Sequence[int]
+    layers: Sequence[int], stages: Sequence[int], pipelined: bool = False
 ) -> tuple[ExchangeOp, ...]:
-    """Receive every stage's first input, then per layer and stage: run and
-    send, and receive that stage's next input (stages with no data are left
-    out by the caller)."""
+    """The FFN side's operations for one step (stages with no data are left
+    out by the caller). ``pipelined``: receive each input just before running
+    it; else mirror the attention side's wire order (receive every stage's
+    first input, then per layer and stage run, and receive that stage's next
+    input)."""
     if not layers or not stages:
         return ()
+    if pipelined:
+        return tuple(
+            op
+            for layer in layers
+            for s in stages
+            for op in (ExchangeOp("recv", layer, s), ExchangeOp("run", layer, s))
+        )
     ops = [ExchangeOp("recv", layers[0], s) for s in stages]
     for i, layer in enumerate(layers):
         for s in stages:

@@ -80,7 +80,7 @@ def serve_ffn_step(
                 )
         return
     received: dict[tuple[int, int], tuple[torch.Tensor, dict[str, torch.Tensor]]] = {}
-    for op in exchange_schedule(layers, stages):
+    for op in exchange_schedule(layers, stages, connector.buffered_sends):
         if op.kind == "recv":
             received[(op.layer, op.stage)] = connector.recv_attn_output(
                 op.layer, op.stage

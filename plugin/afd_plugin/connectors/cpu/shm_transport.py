@@ -43,8 +43,7 @@ def shm_refusal(world: GlooWorld, peers: tuple[int, ...]) -> str | None:
     """Why the shared-memory path cannot serve ``peers`` here; None when it can."""
     if platform.machine() not in SUPPORTED_MACHINES:
         return (
-            f"it relies on x86-64 store ordering and this CPU is "
-            f"{platform.machine()}"
+            f"it relies on x86-64 store ordering and this CPU is {platform.machine()}"
         )
     if not hasattr(os, "memfd_create") or not hasattr(socket, "send_fds"):
         return "it needs Linux memfd_create and Unix-socket descriptor passing"
@@ -52,7 +51,8 @@ def shm_refusal(world: GlooWorld, peers: tuple[int, ...]) -> str | None:
     elsewhere = [
         world.describe(p)
         for p in peers
-        if me is None or world.peers.get(p) is None
+        if me is None
+        or world.peers.get(p) is None
         or world.peers[p].machine != me.machine
     ]
     if elsewhere:
@@ -94,7 +94,11 @@ class _Channel:
 
 class ShmTransport(DataTransport):
     """CPU tensors through shared-memory rings, one pair per peer; matched by
-    order (both roles issue their operations in the same order)."""
+    order (each direction carries one sequence). Buffered: a send returns once
+    its bytes are in the ring, so the FFN side may serve micro-batches as they
+    arrive."""
+
+    buffered = True
 
     def __init__(
         self,
@@ -138,9 +142,7 @@ class ShmTransport(DataTransport):
         finally:
             os.close(fd)
 
-    def _serve(
-        self, peer: int, extra: P2pGlooExtraConfig, deadline: float
-    ) -> _Channel:
+    def _serve(self, peer: int, extra: P2pGlooExtraConfig, deadline: float) -> _Channel:
         """FFN side: listen, publish, hand over both rings' memory."""
         name = f"\0afd-shm-{os.getpid()}-{peer}-{secrets.token_hex(4)}"
         capacity = extra.shm_ring_bytes

@@ -1,35 +1,108 @@
 # SPDX-License-Identifier: Apache-2.0
 """The CPU role runners: vLLM's CPUModelRunner plus the role mixins.
 
-Attention: load the attention half, then rendezvous. FFN: load the FFN half,
-never run scheduler work or vLLM's own profile / warm-up forwards.
+Attention: load the attention half, then rendezvous; with
+``afd.micro_batches: 2``, split decode steps into two micro-batches
+(``micro_batches.py``). FFN: load the FFN half, never run scheduler work or
+vLLM's own profile / warm-up forwards.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import copy
+from typing import TYPE_CHECKING, Any
 
 from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+from vllm.v1.worker.ubatch_utils import check_ubatch_thresholds
 
 from afd_plugin.runtime.attention_runner import AFDAttentionRunnerMixin
+from afd_plugin.runtime.cpu.micro_batches import CPUMicroBatchModel
 from afd_plugin.runtime.ffn_runner import AFDFFNRunnerMixin
 from afd_plugin.runtime.model_loading import load_role_model
 from afd_plugin.step_kind import StepKind
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+    from vllm.config import ParallelConfig, VllmConfig
+
+    from afd_plugin.connectors.base import AFDConnector
+
+
+def micro_batch_view(parallel: ParallelConfig, count: int) -> ParallelConfig:
+    """This runner's own view of the parallel config with ``count``
+    micro-batches: vLLM's runner then builds one attention metadata builder
+    per micro-batch, vetoes splits that would break a prefix hit, and slices
+    the step. The engine's config keeps DBO off (vLLM's CPU platform turns it
+    off, and its checks of microbatching assume CUDA all-to-all backends)."""
+    view = copy.copy(parallel)
+    view.ubatch_size = count
+    return view
 
 
 class AFDAttentionCPUModelRunner(AFDAttentionRunnerMixin, CPUModelRunner):
     """Attention role on CPU."""
 
+    def __init__(
+        self, vllm_config: VllmConfig, device: torch.device, connector: AFDConnector
+    ) -> None:
+        super().__init__(vllm_config, device, connector)
+        count = self.afd_config.micro_batches
+        if count > 1:
+            self.parallel_config = micro_batch_view(self.parallel_config, count)
+
     def load_model(self, load_dummy_weights: bool = False) -> None:
         if load_dummy_weights:
             raise ValueError("AFD attention role: dummy weights are not supported")
-        self.model = load_role_model(self.vllm_config, self.afd_config)
-        # Nothing of vLLM wraps the model on CPU (no micro-batching).
-        self.afd_finish_load(self.model)  # AFD-I3: rendezvous last
+        model = load_role_model(self.vllm_config, self.afd_config)
+        count = self.afd_config.micro_batches
+        self.model = (
+            CPUMicroBatchModel(model, self.vllm_config, count) if count > 1 else model
+        )
+        self.afd_finish_load(model)  # AFD-I3: rendezvous last
 
     def warming_up_model(self) -> None:
         with self.afd_step_kind(StepKind.WARMUP):
             super().warming_up_model()
+
+    def _determine_batch_execution_and_padding(
+        self,
+        num_tokens: int,
+        num_reqs: int,
+        num_scheduled_tokens_np: np.ndarray,
+        max_num_scheduled_tokens: int,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
+        """vLLM splits steps only across DP ranks; with one attention rank
+        (what the validator allows with CPU micro-batches) the split is
+        decided here: a decode-only step of two or more requests and at least
+        ``--dbo-decode-token-threshold`` tokens, unless vLLM vetoed it."""
+        result = super()._determine_batch_execution_and_padding(
+            num_tokens,
+            num_reqs,
+            num_scheduled_tokens_np,
+            max_num_scheduled_tokens,
+            *args,
+            **kwargs,
+        )
+        if self.afd_config.micro_batches < 2:
+            return result
+        mode, descriptor, _, across_dp, stats = result
+        uniform_decode = self._is_uniform_decode(
+            max_num_scheduled_tokens=max_num_scheduled_tokens,
+            uniform_decode_query_len=self.uniform_decode_query_len,
+            num_tokens=num_tokens,
+            num_reqs=num_reqs,
+            force_uniform_decode=kwargs.get("force_uniform_decode"),
+        )
+        split = (
+            kwargs.get("allow_microbatching", True)
+            and uniform_decode
+            and num_reqs >= self.afd_config.micro_batches
+            and check_ubatch_thresholds(self.parallel_config, num_tokens, True)
+        )
+        return mode, descriptor, bool(split), across_dp, stats
 
 
 class AFDFFNCPUModelRunner(AFDFFNRunnerMixin, CPUModelRunner):
