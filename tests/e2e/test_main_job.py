@@ -106,3 +106,27 @@ def test_main_job_passes_parity_and_gsm8k_agreement(
     assert "FFN daemon serving" in ffn_log
     assert "parity" in stderr and "PASS" in stderr
     assert (tmp_path / "run" / "junit.xml").exists()
+
+
+def test_the_cpu_dbo_scenario_splits_steps_and_keeps_the_answers(
+    tmp_path: Path, tiny_model_root: Path
+) -> None:
+    """cpu-dbo-1a1f under AFD-I12's DBO floors: 24 GSM8K samples at 12
+    concurrent requests, every AFD answer equal to the colocated one, and both
+    roles logged steps that really ran two micro-batches."""
+    results = run_scenario("cpu-dbo-1a1f", tmp_path / "run", tiny_model_root)
+    stderr = results.pop("_stderr")
+    checks = {c["name"]: c for c in results["checks"]}
+    assert results["outcome"] == "passed", (
+        json.dumps(results["checks"], indent=1) + stderr[-3000:]
+    )
+    assert checks["gsm8k"]["figures"]["n"] == 24
+    answers = checks["gsm8k_answers"]
+    assert answers["figures"]["compared"] == 24
+    assert answers["figures"]["differing"] == 0
+    evidence = checks["dual_ubatch_evidence"]
+    assert evidence["passed"], evidence
+    records = evidence["figures"]
+    assert records["attention:0"] > 0 and records["ffn:0"] > 0
+    assert results["teardown"]["escalated"] == []
+    assert processes_with_marker(results["run_id"]) == []

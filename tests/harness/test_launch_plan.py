@@ -106,3 +106,26 @@ def test_hub_model_resolves_under_the_model_root(tmp_path: Path, capsys) -> None
 def test_unknown_scenario_is_bad_input(capsys) -> None:
     assert main(["run", "nope", "--dry-run", "--root", str(ROOT)]) == 2
     assert "no scenario 'nope'" in capsys.readouterr().err
+
+
+def test_two_micro_batches_reach_both_cpu_roles_as_the_afd_field(
+    tmp_path: Path, capsys
+) -> None:
+    """The CPU DBO scenario: both roles get afd.micro_batches 2 (vLLM's CPU
+    platform turns --enable-dbo off), and no role is given --enable-dbo."""
+    plan = plan_of("cpu-dbo-1a1f", tmp_path, capsys)
+    seen = {}
+    for role in plan["roles"]:
+        argv = role["argv"]
+        assert "--enable-dbo" not in argv
+        if "--additional-config" in argv:
+            extra = json.loads(argv[argv.index("--additional-config") + 1])
+            seen[extra["afd"]["role"]] = extra["afd"]["micro_batches"]
+    assert seen == {"attention": 2, "ffn": 2}
+    # Without DBO the field stays at one micro-batch.
+    plan = plan_of("cpu-eager-1a1f", tmp_path, capsys)
+    for role in plan["roles"]:
+        argv = role["argv"]
+        if "--additional-config" in argv:
+            extra = json.loads(argv[argv.index("--additional-config") + 1])
+            assert extra["afd"]["micro_batches"] == 1

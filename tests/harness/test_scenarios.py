@@ -15,6 +15,7 @@ from afd_e2e.cli import main
 from afd_e2e.deployment import additional_config
 
 CATALOGUE_IDS = {
+    "cpu-dbo-1a1f",
     "baseline-graph",
     "afd-eager-2a2f",
     "afd-graph-2a2f",

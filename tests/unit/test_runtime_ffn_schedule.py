@@ -52,6 +52,47 @@ def test_two_stages_match_the_attention_interleaving() -> None:
     ]
 
 
+def direction_sequences(
+    attention: list[tuple[str, int, int]], ffn: tuple[ExchangeOp, ...]
+) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """What each direction carries, per side: attention sends and FFN
+    receives must list the same (layer, stage) sequence, and FFN runs (which
+    end in a send) the same sequence as attention receives."""
+    to_ffn = [(layer, stage) for kind, layer, stage in attention if kind == "send"]
+    from_ffn = [(layer, stage) for kind, layer, stage in attention if kind == "recv"]
+    ffn_recv = [(o.layer, o.stage) for o in ffn if o.kind == "recv"]
+    ffn_send = [(o.layer, o.stage) for o in ffn if o.kind == "run"]
+    assert to_ffn == ffn_recv
+    assert from_ffn == ffn_send
+    return to_ffn, from_ffn
+
+
+def test_pipelined_serves_each_micro_batch_as_it_arrives() -> None:
+    layers = [0, 1, 2]
+    ops = exchange_schedule(layers, (0, 1), pipelined=True)
+    # Run stage 0's layer before stage 1's input is even received: the FFN
+    # side works on one micro-batch while the attention side runs the other.
+    assert [(o.kind, o.layer, o.stage) for o in ops[:4]] == [
+        ("recv", 0, 0),
+        ("run", 0, 0),
+        ("recv", 0, 1),
+        ("run", 0, 1),
+    ]
+    # Each direction carries the attention side's sequence, so buffered
+    # channels matched by order (the shared-memory rings) need no tags.
+    direction_sequences(attention_wire_order(layers, 2), ops)
+    direction_sequences(
+        attention_wire_order(layers, 2), exchange_schedule(layers, (0, 1))
+    )
+
+
+def test_the_mirrored_order_makes_a_stage_wait_for_the_other() -> None:
+    ops = exchange_schedule([0, 1], (0, 1))
+    first_run = next(i for i, o in enumerate(ops) if o.kind == "run")
+    # Mirrored: both stages' inputs are received before anything runs.
+    assert {(o.layer, o.stage) for o in ops[:first_run]} == {(0, 0), (0, 1)}
+
+
 def test_one_stage_is_recv_run_per_layer() -> None:
     ops = exchange_schedule([0, 1], (0,))
     assert [(o.kind, o.layer) for o in ops] == [
@@ -61,4 +102,5 @@ def test_one_stage_is_recv_run_per_layer() -> None:
         ("run", 1),
     ]
     assert mirrored(ops) == attention_wire_order([0, 1], 1)
+    assert exchange_schedule([0, 1], (0,), pipelined=True) == ops
     assert exchange_schedule([0, 1], ()) == ()

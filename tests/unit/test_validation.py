@@ -259,6 +259,52 @@ def test_dbo_rules() -> None:
     )
 
 
+def micro(connector: str, role: str = "attention", count: int = 2):
+    return parse_afd_config(
+        {"afd": {"role": role, "connector": connector, "micro_batches": count}}
+    )
+
+
+def messages(config, deployment) -> dict[str, str]:
+    return {e.path: e.message for e in check_deployment(config, deployment)}
+
+
+def test_two_micro_batches_on_the_cpu_are_the_afd_field() -> None:
+    gloo = "P2pGlooAFDConnector"
+    assert paths(micro(gloo), dep(gloo)) == set()
+    assert paths(micro(gloo, "ffn"), dep(gloo)) == set()
+    # vLLM's flag on the CPU names the switch that works there.
+    found = messages(cfg(gloo, False), dep(gloo, enable_dbo=True))
+    assert "afd.micro_batches: 2" in found["deployment.enable_dbo"]
+    assert "turns --enable-dbo off" in found["deployment.enable_dbo"]
+    # The CPU switch elsewhere names vLLM's flag.
+    found = messages(micro("P2pNcclAFDConnector"), dep("P2pNcclAFDConnector"))
+    assert "--enable-dbo" in found["additional_config.afd.micro_batches"]
+    # One attention rank per step split; the FFN role is not constrained.
+    found = messages(micro(gloo), dep(gloo, dp=2))
+    assert "attention DP must be 1" in found["deployment.dp"]
+    ffn_dp2 = parse_afd_config(
+        {
+            "afd": {
+                "role": "ffn",
+                "connector": gloo,
+                "micro_batches": 2,
+                "num_attention_ranks": 2,
+                "num_ffn_ranks": 2,
+            }
+        }
+    )
+    assert paths(ffn_dp2, dep(gloo, dp=2)) == set()
+
+
+def test_micro_batches_allows_one_or_two() -> None:
+    with pytest.raises(AFDConfigError) as info:
+        micro("P2pGlooAFDConnector", count=3)
+    (error,) = info.value.errors
+    assert error.path == "additional_config.afd.micro_batches"
+    assert "1" in error.message and "2" in error.message
+
+
 def test_connector_platform_mismatch_names_the_right_connectors() -> None:
     errors = check_deployment(
         cfg("P2pNcclAFDConnector", False), dep("P2pNcclAFDConnector", platform="cpu")
