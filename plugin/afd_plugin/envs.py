@@ -45,6 +45,13 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _steps(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(f"expected a step count >= 0, got {text!r}")
+    return value
+
+
 ENV_VARS: dict[str, EnvVar] = {
     v.name: v
     for v in (
@@ -61,6 +68,13 @@ ENV_VARS: dict[str, EnvVar] = {
             "Python's thread switch interval in an AFD role process, in "
             "microseconds (sys.setswitchinterval; Python's default is 5000). A "
             "thread woken from an exchange waits up to this long for the GIL.",
+        ),
+        EnvVar(
+            "AFD_STEP_TIMING",
+            _steps,
+            0,
+            "Every this many steps, each AFD role logs where its step time went "
+            "(an `AFD_STEP_TIMING` line, parts in ms per step); 0: off.",
         ),
     )
 }

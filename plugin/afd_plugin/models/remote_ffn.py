@@ -15,6 +15,9 @@ from torch import nn
 
 from afd_plugin.models.forward_metadata import current_metadata
 from afd_plugin.models.micro_batch import yield_turn
+from afd_plugin.step_timing import clock
+
+_CLOCK = clock("attention")
 
 
 class RemoteFFN(nn.Module):
@@ -33,10 +36,12 @@ class RemoteFFN(nn.Module):
         if self.gate is not None:
             router_logits, _ = self.gate(hidden_states)
             extras["router_logits"] = router_logits
-        connector.send_attn_output(
-            hidden_states, self.layer_index, metadata.stage, **extras
-        )
+        with _CLOCK.part("send"):
+            connector.send_attn_output(
+                hidden_states, self.layer_index, metadata.stage, **extras
+            )
         # Two micro-batches: the other one runs its attention and sends this
         # layer while the FFN side works on ours (runtime/ffn_schedule.py).
         yield_turn()
-        return connector.recv_ffn_output(self.layer_index, metadata.stage)
+        with _CLOCK.part("wait"):
+            return connector.recv_ffn_output(self.layer_index, metadata.stage)

@@ -16,12 +16,14 @@ model's forward pre-hook only installs each micro-batch thread's metadata.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from vllm.forward_context import get_forward_context, is_forward_context_available
 
+from afd_plugin import step_timing
 from afd_plugin.evidence import format_dual_ubatch
 from afd_plugin.models import micro_batch
 from afd_plugin.models.forward_metadata import AFDForwardMetadata, install_metadata
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
     from afd_plugin.wire import AFDControlPayload
 
 logger = logging.getLogger("afd_plugin")
+_CLOCK = step_timing.clock("attention")
 
 
 class AFDStepEntry:
@@ -55,8 +58,9 @@ class AFDStepEntry:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         positions = kwargs["positions"] if "positions" in kwargs else args[1]
-        self._begin(int(positions.shape[-1]))
-        return self.runnable(*args, **kwargs)
+        with _CLOCK.part("model"):
+            self._begin(int(positions.shape[-1]))
+            return self.runnable(*args, **kwargs)
 
     def __getattr__(self, key: str) -> Any:
         return getattr(self.__dict__["runnable"], key)
@@ -126,6 +130,36 @@ class AFDAttentionRunnerMixin(AFDRoleRunnerMixin):
         with self.afd_step_kind(kind):
             return super()._dummy_run(*args, **kwargs)  # type: ignore[misc]
 
+    # The runner's share of a step (AFD_STEP_TIMING): execute_model and
+    # sample_tokens, and the engine loop between one step and the next.
+
+    _afd_step_ended: float | None = None
+
+    def execute_model(self, *args: Any, **kwargs: Any) -> Any:
+        if not _CLOCK.enabled:
+            return super().execute_model(*args, **kwargs)  # type: ignore[misc]
+        started = time.perf_counter()
+        if self._afd_step_ended is not None:
+            _CLOCK.add("between", started - self._afd_step_ended)
+        _CLOCK.step(started)
+        try:
+            return super().execute_model(*args, **kwargs)  # type: ignore[misc]
+        finally:
+            self._afd_step_ended = time.perf_counter()
+            _CLOCK.add("runner_total", self._afd_step_ended - started)
+
+    def sample_tokens(self, *args: Any, **kwargs: Any) -> Any:
+        if not _CLOCK.enabled:
+            return super().sample_tokens(*args, **kwargs)  # type: ignore[misc]
+        started = time.perf_counter()
+        if self._afd_step_ended is not None:
+            _CLOCK.add("between", started - self._afd_step_ended)
+        try:
+            return super().sample_tokens(*args, **kwargs)  # type: ignore[misc]
+        finally:
+            self._afd_step_ended = time.perf_counter()
+            _CLOCK.add("runner_total", self._afd_step_ended - started)
+
     def get_model(self) -> nn.Module:
         model = self.model
         if isinstance(model, AFDStepEntry):
@@ -193,8 +227,9 @@ class AFDAttentionRunnerMixin(AFDRoleRunnerMixin):
         # AFD-I2: the only branch between the two drivers. Without a control
         # plane the connector carries the token metadata with the data.
         if connector.control_plane is not None:
-            for payload in payloads:
-                connector.control_plane.send_dp_metadata_list(payload)
+            with _CLOCK.part("announce"):
+                for payload in payloads:
+                    connector.control_plane.send_dp_metadata_list(payload)
         self._afd_payloads = payloads
         self._afd_steps += 1
         if is_forward_context_available():

@@ -14,6 +14,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 
+from afd_plugin import step_timing
 from afd_plugin.connectors.base import AFDConnector, AFDPeerError
 from afd_plugin.evidence import format_dual_ubatch
 from afd_plugin.graph_policy import make_ffn_graph_key
@@ -23,6 +24,7 @@ from afd_plugin.step_protocol import dual_ubatch_tokens, live_stages
 from afd_plugin.wire import AFDControlPayload, AFDWireError
 
 logger = logging.getLogger("afd_plugin")
+_CLOCK = step_timing.clock("ffn")
 
 
 def serving_kind(payload: AFDControlPayload, graph_supported: bool) -> StepKind:
@@ -105,7 +107,9 @@ class FFNDaemon:
 
     def run_once(self) -> StepKind:
         """Serve exactly one step (the loop body; callable from tests)."""
-        payloads = self.receive_step()
+        _CLOCK.step()
+        with _CLOCK.part("control"):
+            payloads = self.receive_step()
         kind = serving_kind(payloads[0], self.graph_supported)
         if kind is StepKind.REPLAY:
             assert self.graphs is not None

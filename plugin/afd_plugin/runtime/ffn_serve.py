@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from afd_plugin import step_timing
 from afd_plugin.connectors.base import AFDConnector, ExchangeSpec
 from afd_plugin.graph_policy import make_ffn_graph_key
 from afd_plugin.runtime.ffn_graphs import FFNGraphCache
@@ -20,6 +21,7 @@ from afd_plugin.step_kind import StepKind
 from afd_plugin.step_protocol import live_stages, stage_rows
 from afd_plugin.wire import AFDControlPayload
 
+_CLOCK = step_timing.clock("ffn")
 RunLayer = Callable[[int, torch.Tensor, torch.Tensor | None], torch.Tensor]
 
 
@@ -82,15 +84,18 @@ def serve_ffn_step(
     received: dict[tuple[int, int], tuple[torch.Tensor, dict[str, torch.Tensor]]] = {}
     for op in exchange_schedule(layers, stages, connector.buffered_sends):
         if op.kind == "recv":
-            received[(op.layer, op.stage)] = connector.recv_attn_output(
-                op.layer, op.stage
-            )
+            with _CLOCK.part("recv"):
+                received[(op.layer, op.stage)] = connector.recv_attn_output(
+                    op.layer, op.stage
+                )
             continue
         hidden, extras = received.pop((op.layer, op.stage))
-        if kind is StepKind.REPLAY:
-            assert graphs is not None
-            key = make_ffn_graph_key(payloads[op.stage])
-            out = graphs.replay(key, op.layer, _fill(hidden, extras))
-        else:
-            out = run_layer(op.layer, hidden, extras.get("router_logits"))
-        connector.send_ffn_output(out, op.layer, op.stage)
+        with _CLOCK.part("compute"):
+            if kind is StepKind.REPLAY:
+                assert graphs is not None
+                key = make_ffn_graph_key(payloads[op.stage])
+                out = graphs.replay(key, op.layer, _fill(hidden, extras))
+            else:
+                out = run_layer(op.layer, hidden, extras.get("router_logits"))
+        with _CLOCK.part("send"):
+            connector.send_ffn_output(out, op.layer, op.stage)

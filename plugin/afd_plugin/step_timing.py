@@ -1,0 +1,145 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Where a role's step time goes: named parts that tile each role's timeline,
+averaged over a window of steps and logged as one line (``AFD_STEP_TIMING``).
+
+Pure (no torch, no vLLM). Off unless ``AFD_STEP_TIMING`` names a window; then
+the role code brackets its parts with ``clock.part(name)`` and the window's
+line reads, per step in ms, e.g. on the attention role::
+
+    AFD_STEP_TIMING role=attention steps=200 step_ms=6.10 announce=0.20 ...
+
+The attention parts tile the interval from one step's start to the next:
+``between`` (vLLM's engine loop: scheduling, output processing), ``runner``
+(vLLM's model runner outside the model: inputs, sampling), ``announce`` (the
+control payloads), ``send`` and ``wait`` (the exchanges: handing a layer's
+input over, waiting for its output), ``compute`` (the rest of the model call:
+attention, norms, embedding, micro-batch hand-offs). The FFN parts tile the
+daemon's loop: ``control`` (waiting for the next step's payloads), ``recv``
+(waiting for a layer's input), ``compute``, ``send``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from afd_plugin import envs
+
+logger = logging.getLogger("afd_plugin")
+
+TAG = "AFD_STEP_TIMING"
+ATTENTION_PARTS = ("between", "runner", "announce", "send", "wait", "compute")
+FFN_PARTS = ("control", "recv", "compute", "send")
+
+
+class StepClock:
+    """Accumulates part durations; ``step()`` closes a step and logs the
+    window's per-step means every ``window`` steps."""
+
+    def __init__(
+        self,
+        role: str,
+        window: int,
+        derive: Callable[[dict[str, float]], dict[str, float]] | None = None,
+    ) -> None:
+        self.role = role
+        self.window = window
+        self.derive = derive
+        """Turns the accumulated spans into the logged parts (e.g. a part
+        that is a span minus the spans inside it)."""
+        self.totals: dict[str, float] = defaultdict(float)
+        self.steps = 0
+        self._window_started: float | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.window > 0
+
+    def add(self, part: str, seconds: float) -> None:
+        self.totals[part] += seconds
+
+    @contextmanager
+    def part(self, name: str) -> Iterator[None]:
+        if not self.enabled:
+            yield
+            return
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.totals[name] += time.perf_counter() - started
+
+    def step(self, now: float | None = None) -> str | None:
+        """Mark a step boundary; every ``window`` steps return (and log) the
+        window's line and start a new window."""
+        if not self.enabled:
+            return None
+        now = time.perf_counter() if now is None else now
+        if self._window_started is None:
+            self._window_started = now
+            self.totals.clear()
+            return None
+        self.steps += 1
+        if self.steps < self.window:
+            return None
+        parts = dict(self.totals)
+        if self.derive is not None:
+            parts = self.derive(parts)
+        line = format_line(self.role, self.steps, now - self._window_started, parts)
+        logger.info("%s", line)
+        self._window_started, self.steps = now, 0
+        self.totals.clear()
+        return line
+
+
+def format_line(
+    role: str, steps: int, elapsed_s: float, parts: dict[str, float]
+) -> str:
+    per_step = {k: v * 1e3 / steps for k, v in parts.items()}
+    shown = " ".join(f"{k}={per_step[k]:.3f}" for k in sorted(per_step))
+    return (
+        f"{TAG} role={role} steps={steps} step_ms={elapsed_s * 1e3 / steps:.3f} {shown}"
+    )
+
+
+def parse_line(line: str) -> dict[str, float | str] | None:
+    """The fields of an ``AFD_STEP_TIMING`` line (``role``, ``steps``,
+    ``step_ms`` and the parts), or None."""
+    if TAG not in line:
+        return None
+    out: dict[str, float | str] = {}
+    for token in line.split(TAG, 1)[1].split():
+        key, sep, value = token.partition("=")
+        if not sep:
+            return None
+        out[key] = value if key == "role" else float(value)
+    return out if "step_ms" in out and "role" in out else None
+
+
+def _attention_parts(spans: dict[str, float]) -> dict[str, float]:
+    """``model`` (the model call) holds announce, send, wait and the compute;
+    ``runner_total`` (execute_model and sample_tokens) holds the model call."""
+    model = spans.get("model", 0.0)
+    inside = sum(spans.get(k, 0.0) for k in ("announce", "send", "wait"))
+    return {
+        "between": spans.get("between", 0.0),
+        "runner": spans.get("runner_total", 0.0) - model,
+        "announce": spans.get("announce", 0.0),
+        "send": spans.get("send", 0.0),
+        "wait": spans.get("wait", 0.0),
+        "compute": model - inside,
+    }
+
+
+_DERIVE = {"attention": _attention_parts}
+_clocks: dict[str, StepClock] = {}
+
+
+def clock(role: str) -> StepClock:
+    """This process's clock for ``role`` (one per role, window from the env)."""
+    if role not in _clocks:
+        _clocks[role] = StepClock(role, envs.get("AFD_STEP_TIMING"), _DERIVE.get(role))
+    return _clocks[role]
