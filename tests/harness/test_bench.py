@@ -38,9 +38,7 @@ def test_both_deployments_get_the_same_workload() -> None:
     )
     assert argv[1:5] == ["-m", "afd_e2e.bench.serve_client", "out.json", "--"]
     rest = argv[5:]
-    flags = {
-        a: b for a, b in zip(rest, rest[1:], strict=False) if a.startswith("--")
-    }
+    flags = {a: b for a, b in zip(rest, rest[1:], strict=False) if a.startswith("--")}
     assert flags["--max-concurrency"] == "8"
     assert flags["--random-input-len"] == "32"
     assert flags["--random-output-len"] == "8"

@@ -11,6 +11,7 @@ from lint_repo import ROOT
 
 from afd_e2e.catalogue import Catalogue
 from afd_e2e.cli import main
+from afd_e2e.launch import build_plan
 from afd_plugin.config import parse_afd_config
 
 CATALOGUE = Catalogue.load(ROOT)
@@ -129,3 +130,45 @@ def test_two_micro_batches_reach_both_cpu_roles_as_the_afd_field(
         if "--additional-config" in argv:
             extra = json.loads(argv[argv.index("--additional-config") + 1])
             assert extra["afd"]["micro_batches"] == 1
+
+
+@pytest.mark.parametrize(
+    ("scenario_id", "cpus", "expected"),
+    [
+        ("cpu-eager-1a1f", 2, {"baseline": "2", "ffn": "1", "attention": "1"}),
+        ("cpu-eager-1a1f", 8, {"baseline": "8", "ffn": "4", "attention": "4"}),
+        ("cpu-eager-1a1f", 1, {"baseline": "1", "ffn": "1", "attention": "1"}),
+        # Two attention DP ranks and one FFN rank on 6 CPUs: 2 each; the
+        # colocated baseline's two DP ranks share the same 6.
+        ("cpu-eager-2a1f", 6, {"baseline": "3", "ffn": "2", "attention": "2"}),
+    ],
+)
+def test_cpu_roles_share_the_host_cpus(
+    scenario_id: str, cpus: int, expected: dict[str, str], tmp_path: Path
+) -> None:
+    plan = build_plan(
+        scenario_id,
+        CATALOGUE.get(scenario_id),
+        model_root=tmp_path,
+        run_dir=tmp_path / "run",
+        baseline=True,
+        cpus=cpus,
+    )
+    threads = {r.role: r.env["OMP_NUM_THREADS"] for r in plan.roles}
+    assert threads == expected
+
+
+def test_a_scenario_that_sets_the_threads_keeps_them(tmp_path: Path) -> None:
+    scenario = CATALOGUE.get("cpu-eager-1a1f")
+    env = {**scenario.roles.common.env, "OMP_NUM_THREADS": "3"}
+    roles = scenario.roles.model_copy(
+        update={"common": scenario.roles.common.model_copy(update={"env": env})}
+    )
+    plan = build_plan(
+        "cpu-eager-1a1f",
+        scenario.model_copy(update={"roles": roles}),
+        model_root=tmp_path,
+        run_dir=tmp_path / "run",
+        cpus=2,
+    )
+    assert {r.env["OMP_NUM_THREADS"] for r in plan.roles} == {"3"}

@@ -88,17 +88,19 @@ def ffn_main(
     conn.bind(ExchangeSpec.from_dict(spec))
     for _ in range(rounds):
         conn.init_afd_connector()
-        world = conn.world_or_raise()
+        conn.world_or_raise()
         if mode == "hang":
             conn.control_plane.recv_dp_metadata_list()
             time.sleep(3)  # alive, connected, silent
         elif mode == "raw-frames":
+            # The frames as they travel (gloo, or the shared-memory rings).
+            path = conn.control_plane.path
             length = torch.empty(1, dtype=torch.int64)
-            world.recv(length, 1, TAG_CONTROL_LENGTH, "length")
+            path.recv(length, 1, TAG_CONTROL_LENGTH, "length")
             body = torch.empty(int(length.item()), dtype=torch.uint8)
-            world.recv(body, 1, TAG_CONTROL_BYTES, "bytes")
+            path.recv(body, 1, TAG_CONTROL_BYTES, "bytes")
             reply = body.numpy().tobytes()
-            world.send(torch.frombuffer(bytearray(reply), dtype=torch.uint8), 1, 9, "r")
+            path.send(torch.frombuffer(bytearray(reply), dtype=torch.uint8), 1, 9, "r")
         else:
             payload = conn.control_plane.recv_dp_metadata_list()
             conn.update_state_from_dp_metadata(payload)
@@ -173,6 +175,9 @@ def test_one_step_then_close_and_reinit_on_the_same_port(transport: str) -> None
         assert conn.transport is not None
         kind = type(conn.transport).__name__
         assert kind == {"gloo": "GlooTransport", "shm": "ShmTransport"}[transport]
+        # Control payloads travel with the data on the rings, else over gloo.
+        on_rings = conn.control_plane.path is conn.transport
+        assert on_rings == (transport == "shm")
         attention_step(conn)
         assert conn.step == 1
         conn.close()
@@ -180,31 +185,32 @@ def test_one_step_then_close_and_reinit_on_the_same_port(transport: str) -> None
     assert ffn.finish() is None
 
 
-def test_control_payload_is_length_then_uint8_json() -> None:
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_control_payload_is_length_then_uint8_json(transport: str) -> None:
     port = free_port()
-    ffn = start_ffn(port, mode="raw-frames")
-    conn = connector("attention", port)
+    ffn = start_ffn(port, mode="raw-frames", transport=transport)
+    conn = connector("attention", port, transport=transport)
     conn.bind(SPEC)
     conn.init_afd_connector()
     sent = step((TOKENS,))
     conn.control_plane.send_dp_metadata_list(sent)
     # The attention side updated its state before sending (AFD-I10).
     assert conn.state is not None and conn.state.payload == sent
-    world = conn.world_or_raise()
     echo = torch.empty(len(encode_payload(sent)), dtype=torch.uint8)
-    world.recv(echo, 0, 9, "echo")
+    conn.control_plane.path.recv(echo, 0, 9, "echo")
     assert echo.numpy().tobytes() == encode_payload(sent)
     assert decode_payload(echo.numpy().tobytes()) == sent
     conn.close()
     assert ffn.finish() is None
 
 
-def test_oversized_length_header_is_refused_before_reading() -> None:
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_oversized_length_header_is_refused_before_reading(transport: str) -> None:
     # The FFN role runs here; the peer plays a broken attention.
     port = free_port()
-    attention = Peer(bogus_attention_main, port)
+    attention = Peer(bogus_attention_main, port, transport)
     attention.start()
-    conn = connector("ffn", port)
+    conn = connector("ffn", port, transport=transport)
     conn.bind(SPEC)
     conn.init_afd_connector()
     with pytest.raises(AFDWireError, match="control payload length"):
@@ -213,12 +219,12 @@ def test_oversized_length_header_is_refused_before_reading() -> None:
     assert attention.finish() is None
 
 
-def bogus_attention_main(port: int) -> None:
-    conn = connector("attention", port)
+def bogus_attention_main(port: int, transport: str) -> None:
+    conn = connector("attention", port, transport=transport)
     conn.bind(SPEC)
     conn.init_afd_connector()
     length = torch.tensor([1 << 40], dtype=torch.int64)
-    conn.world_or_raise().send(length, 0, TAG_CONTROL_LENGTH, "bogus")
+    conn.control_plane.path.send(length, 0, TAG_CONTROL_LENGTH, "bogus")
     time.sleep(1)
     conn.close()
 

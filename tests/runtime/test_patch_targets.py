@@ -69,9 +69,7 @@ def test_register_applies_every_process_wide_patch() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split("\n")[-2] == (
-        f"{list(patches.PATCH_MODULES)} {{}} True"
-    )
+    assert result.stdout.split("\n")[-2] == (f"{list(patches.PATCH_MODULES)} {{}} True")
 
 
 def test_run_fullgraph_wrapper_announces_before_replaying() -> None:

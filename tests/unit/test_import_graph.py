@@ -86,9 +86,11 @@ def imports_of(path: Path, root: Path | None = None) -> frozenset[str]:
 
 def layer(module: str) -> str:
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 and parts[1] in (
-        "connectors", "models", "runtime", "patches"
-    ) else "core"
+    return (
+        parts[1]
+        if len(parts) > 1 and parts[1] in ("connectors", "models", "runtime", "patches")
+        else "core"
+    )
 
 
 def offenders(source_layer: str, forbidden: tuple[str, ...]) -> list[str]:
@@ -103,10 +105,13 @@ def offenders(source_layer: str, forbidden: tuple[str, ...]) -> list[str]:
 
 
 def test_connectors_import_neither_runtime_nor_models_nor_patches() -> None:
-    assert offenders(
-        "connectors",
-        ("afd_plugin.runtime", "afd_plugin.models", "afd_plugin.patches"),
-    ) == []
+    assert (
+        offenders(
+            "connectors",
+            ("afd_plugin.runtime", "afd_plugin.models", "afd_plugin.patches"),
+        )
+        == []
+    )
 
 
 def test_models_do_not_import_the_runtime() -> None:
@@ -162,9 +167,7 @@ def test_the_reader_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
     (package / "connectors" / "__init__.py").write_text("")
     sample = package / "connectors" / "x.py"
     sample.write_text(
-        "from ..runtime import role\n"
-        "def f():\n"
-        "    import afd_plugin.models.qwen3_moe\n"
+        "from ..runtime import role\ndef f():\n    import afd_plugin.models.qwen3_moe\n"
     )
     found = imports_of(sample, package)
     assert {"afd_plugin.runtime", "afd_plugin.runtime.role"} <= found

@@ -99,6 +99,7 @@ class GlooWorld:
         self.peers: dict[int, PeerInfo] = {}
         self._store: TCPStore | None = None
         self._pg: ProcessGroupGloo | None = None
+        self._left = False
 
     # -- rendezvous ---------------------------------------------------------
 
@@ -266,9 +267,7 @@ class GlooWorld:
         text = str(exc)
         timed_out = "Timed out" in text or "timeout" in text.lower()
         detail = text.splitlines()[0] if text else type(exc).__name__
-        return self.peer_error(
-            peer, doing, timed_out=timed_out, via=f"gloo: {detail}"
-        )
+        return self.peer_error(peer, doing, timed_out=timed_out, via=f"gloo: {detail}")
 
     def peer_error(
         self, peer: int, doing: str, *, timed_out: bool, via: str
@@ -301,14 +300,22 @@ class GlooWorld:
             raise RuntimeError(f"{self.me()}: the AFD world is not joined")
         return self._store
 
+    def announce_leave(self) -> None:
+        """Tell the peers this rank leaves in order (best effort, once), so a
+        peer that loses the connection next reads it as a shutdown."""
+        store = self._store
+        if store is None or self._pg is None or self._left:
+            return
+        self._left = True
+        try:
+            store.set_timeout(_LEAVE_TIMEOUT)
+            store.set(f"left/{self.global_rank}", "1")
+        except RuntimeError:
+            logger.debug("afd-plugin: %s could not announce its leave", self.me())
+
     def close(self) -> None:
-        """Announce an orderly leave (best effort), then drop group and store."""
+        """Announce an orderly leave, then drop group and store."""
+        self.announce_leave()
         store, self._store = self._store, None
         pg, self._pg = self._pg, None
-        if store is not None and pg is not None:
-            try:
-                store.set_timeout(_LEAVE_TIMEOUT)
-                store.set(f"left/{self.global_rank}", "1")
-            except RuntimeError:
-                logger.debug("afd-plugin: %s could not announce its leave", self.me())
         del pg, store

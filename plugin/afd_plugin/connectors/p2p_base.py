@@ -41,12 +41,19 @@ class DataTransport(ABC):
     device: torch.device
     buffered: bool = False
     """A send returns before the peer receives (see AFDConnector.buffered_sends)."""
+    carries_control: bool = False
+    """The control payloads travel here too, in order with the data (CPU
+    tensors; a device transport leaves them to the gloo world)."""
 
     @abstractmethod
     def send(self, tensor: torch.Tensor, dst: int, tag: int, what: str) -> None: ...
 
     @abstractmethod
-    def recv(self, tensor: torch.Tensor, src: int, tag: int, what: str) -> None: ...
+    def recv(
+        self, tensor: torch.Tensor, src: int, tag: int, what: str, idle: bool = False
+    ) -> None:
+        """Fill ``tensor`` from ``src``; ``idle``: wait without the peer
+        timeout (the FFN side waiting for the next step of an idle server)."""
 
     def close(self) -> None:  # noqa: B027 - most transports hold nothing
         """Release what the transport holds; idempotent."""
@@ -62,8 +69,10 @@ class GlooTransport(DataTransport):
     def send(self, tensor: torch.Tensor, dst: int, tag: int, what: str) -> None:
         self.world.send(tensor, dst, tag, what)
 
-    def recv(self, tensor: torch.Tensor, src: int, tag: int, what: str) -> None:
-        self.world.recv(tensor, src, tag, what)
+    def recv(
+        self, tensor: torch.Tensor, src: int, tag: int, what: str, idle: bool = False
+    ) -> None:
+        self.world.recv(tensor, src, tag, what, timeout=IDLE_TIMEOUT if idle else None)
 
 
 @dataclass(frozen=True)
@@ -86,28 +95,43 @@ class P2pControlPlane(AFDControlPlane):
     def __init__(self, connector: P2pAFDConnectorBase) -> None:
         self._connector = connector
 
+    @property
+    def path(self) -> GlooWorld | DataTransport:
+        """Where control payloads travel: with the data when the transport
+        carries them (the shared-memory rings: one wake-up less per step, in
+        order with the layers), else over the gloo world."""
+        c = self._connector
+        world = c.world_or_raise()
+        transport = c.transport
+        return (
+            transport if transport is not None and transport.carries_control else world
+        )
+
     def send_dp_metadata_list(self, payload: AFDControlPayload) -> None:
         c = self._connector
         # AFD-I10: local state first, so what is sent is what this rank runs.
         c.update_state_from_dp_metadata(payload)
         data = encode_payload(payload)
-        world, peer = c.world_or_raise(), c.ffn_peer
+        path, peer = self.path, c.ffn_peer
         what = f"the control payload of step {c.step}, stage {payload.stage_key}"
         length = torch.tensor([len(data)], dtype=torch.int64)
-        world.send(length, peer, TAG_CONTROL_LENGTH, what)
+        path.send(length, peer, TAG_CONTROL_LENGTH, what)
         body = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        world.send(body, peer, TAG_CONTROL_BYTES, what)
+        path.send(body, peer, TAG_CONTROL_BYTES, what)
 
     def recv_dp_metadata_list(self) -> AFDControlPayload:
         c = self._connector
-        world = c.world_or_raise()
+        world, path = c.world_or_raise(), self.path
         payloads: list[tuple[int, AFDControlPayload]] = []
         for peer in c.attention_peers:
             what = f"a control payload after step {c.step}"
             length = torch.empty(1, dtype=torch.int64)
-            world.recv(length, peer, TAG_CONTROL_LENGTH, what, timeout=IDLE_TIMEOUT)
+            if isinstance(path, GlooWorld):
+                path.recv(length, peer, TAG_CONTROL_LENGTH, what, timeout=IDLE_TIMEOUT)
+            else:
+                path.recv(length, peer, TAG_CONTROL_LENGTH, what, idle=True)
             body = torch.empty(check_length(int(length.item())), dtype=torch.uint8)
-            world.recv(body, peer, TAG_CONTROL_BYTES, what)
+            path.recv(body, peer, TAG_CONTROL_BYTES, what)
             payloads.append((peer, decode_payload(body.numpy().tobytes())))
         first_peer, first = payloads[0]
         for peer, other in payloads[1:]:
@@ -228,6 +252,8 @@ class P2pAFDConnectorBase(AFDConnector):
         self.states.clear()
         self.state = None
         self._sent.clear()
+        if world is not None:
+            world.announce_leave()  # before the data path closes under the peer
         if transport is not None:
             transport.close()
         if world is not None:

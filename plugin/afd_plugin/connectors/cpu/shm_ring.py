@@ -101,12 +101,8 @@ class Ring:
         self._data = base + HEADER_BYTES
         self._head = ctypes.c_uint64.from_address(base + _HEAD)
         self._tail = ctypes.c_uint64.from_address(base + _TAIL)
-        self._consumer_waiting = ctypes.c_uint32.from_address(
-            base + _CONSUMER_WAITING
-        )
-        self._producer_waiting = ctypes.c_uint32.from_address(
-            base + _PRODUCER_WAITING
-        )
+        self._consumer_waiting = ctypes.c_uint32.from_address(base + _CONSUMER_WAITING)
+        self._producer_waiting = ctypes.c_uint32.from_address(base + _PRODUCER_WAITING)
 
     def _check_open(self) -> None:
         if self._map.closed:
@@ -115,10 +111,17 @@ class Ring:
     # -- waiting ------------------------------------------------------------
 
     def _wait(
-        self, counter: ctypes.c_uint64, above: int, flag: ctypes.c_uint32
+        self,
+        counter: ctypes.c_uint64,
+        above: int,
+        flag: ctypes.c_uint32,
+        timeout_s: float | None = None,
     ) -> None:
         """Until the peer moves ``counter`` past ``above``: spin, then sleep on
-        the doorbell with ``flag`` raised so that the peer rings it."""
+        the doorbell with ``flag`` raised so that the peer rings it. Gives up
+        after ``timeout_s`` (default: the peer timeout; ``math.inf``: never,
+        though a closed peer still ends the wait)."""
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
         if counter.value > above:
             return
         started = time.monotonic()
@@ -126,13 +129,13 @@ class Ring:
         while time.monotonic() < spin_until:
             if counter.value > above:
                 return
-        deadline = started + self.timeout_s
+        deadline = started + timeout_s
         flag.value = 1
         try:
             while not self._map.closed and counter.value <= above:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise RingTimeout(f"nothing moved within {self.timeout_s:g}s")
+                    raise RingTimeout(f"nothing moved within {timeout_s:g}s")
                 self.doorbell.sleep(min(BACKSTOP_S, left))
         finally:
             if not self._map.closed:
@@ -162,15 +165,16 @@ class Ring:
 
     # -- consumer -------------------------------------------------------------
 
-    def read(self, address: int, size: int) -> None:
-        """Copy the next ``size`` bytes of the ring to ``address`` (waits)."""
+    def read(self, address: int, size: int, timeout_s: float | None = None) -> None:
+        """Copy the next ``size`` bytes of the ring to ``address`` (waits, as
+        ``_wait`` says)."""
         self._check_open()
         capacity, tail = self.capacity, self._tail.value
         done = 0
         while done < size:
             available = self._head.value - tail
             if available == 0:
-                self._wait(self._head, tail, self._consumer_waiting)
+                self._wait(self._head, tail, self._consumer_waiting, timeout_s)
                 continue
             pos = tail % capacity
             step = min(size - done, available, capacity - pos)

@@ -12,6 +12,7 @@ name the peer like the gloo path does.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import platform
 import secrets
@@ -99,6 +100,7 @@ class ShmTransport(DataTransport):
     arrive."""
 
     buffered = True
+    carries_control = True
 
     def __init__(
         self,
@@ -231,11 +233,14 @@ class ShmTransport(DataTransport):
         except (RingClosed, RingTimeout) as exc:
             raise self._failure(dst, f"sending {what}", exc) from exc
 
-    def recv(self, tensor: torch.Tensor, src: int, tag: int, what: str) -> None:
+    def recv(
+        self, tensor: torch.Tensor, src: int, tag: int, what: str, idle: bool = False
+    ) -> None:
         assert tensor.is_contiguous(), "receive buffers are fresh and contiguous"
         size = tensor.numel() * tensor.element_size()
+        timeout_s = math.inf if idle else None
         try:
-            self._channel(src).inbound.read(tensor.data_ptr(), size)
+            self._channel(src).inbound.read(tensor.data_ptr(), size, timeout_s)
         except (RingClosed, RingTimeout) as exc:
             raise self._failure(src, f"receiving {what}", exc) from exc
 

@@ -72,7 +72,9 @@ class NcclTransport(DataTransport):
     def send(self, tensor: torch.Tensor, dst: int, tag: int, what: str) -> None:
         self.comm.send(tensor, dst)
 
-    def recv(self, tensor: torch.Tensor, src: int, tag: int, what: str) -> None:
+    def recv(
+        self, tensor: torch.Tensor, src: int, tag: int, what: str, idle: bool = False
+    ) -> None:
         self.comm.recv(tensor, src)
 
     def close(self) -> None:
@@ -95,7 +97,9 @@ class HostTransport(DataTransport):
     def send(self, tensor: torch.Tensor, dst: int, tag: int, what: str) -> None:
         self.world.send(tensor.to("cpu"), dst, tag, what)
 
-    def recv(self, tensor: torch.Tensor, src: int, tag: int, what: str) -> None:
+    def recv(
+        self, tensor: torch.Tensor, src: int, tag: int, what: str, idle: bool = False
+    ) -> None:
         if tensor.device.type == "cpu":
             self.world.recv(tensor, src, tag, what)
             return
