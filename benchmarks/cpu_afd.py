@@ -1,10 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Decode throughput of a 1A1F AFD deployment on the CPU as a ratio to
-colocated vLLM, and the per-layer exchange round trip of each CPU data path
-(gloo, shared memory) as a ratio to an in-process copy of the same tensor; all
-measured in the same run.
+"""Decode throughput of 1A1F AFD deployments on the CPU (one and two
+micro-batches per step) as a ratio to colocated vLLM, where each step's time
+goes (the attention role's AFD_STEP_TIMING parts, which must add up to the
+step the client measured), and the per-layer exchange round trip of each CPU
+data path (gloo, shared memory) as a ratio to an in-process copy of the same
+tensor; all measured in the same run.
 
-Usage: python benchmarks/cpu_afd.py [--arch deepseek_v2] [--new-tokens 32]
+Usage: python benchmarks/cpu_afd.py [--arch qwen3_moe] [--new-tokens 32]
        python benchmarks/cpu_afd.py --exchange-only   # the round trips alone
 Writes benchmarks/results/cpu_afd.json and, with matplotlib, cpu_afd.png.
 """
@@ -21,9 +23,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from afd_e2e.launch import free_port
-from afd_e2e.servers import VllmServer, VllmServers
+from afd_e2e.launch import free_port, host_cpus
+from afd_e2e.servers import CPU_ENV, VllmServer, VllmServers, afd_config
 from afd_e2e.tiny_model import build_tiny_model
+from afd_plugin.step_timing import ATTENTION_PARTS
+from afd_plugin.step_timing import parse_line as parse_timing
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,23 +53,71 @@ def decode_rate(server: VllmServer, batch: int, new_tokens: int, samples: int) -
     return statistics.median(rates)
 
 
+DEPLOYMENTS = ("afd_1a1f", "afd_1a1f_2ubatch")
+"""AFD 1A1F with one micro-batch per step, and with two (afd.micro_batches)."""
+
+
+def timing_lines(server: VllmServer, since: int) -> list[dict[str, Any]]:
+    """The server's AFD_STEP_TIMING lines logged after byte ``since``."""
+    text = server.log_text()[since:]
+    return [t for t in map(parse_timing, text.splitlines()) if t is not None]
+
+
+def mean_parts(lines: list[dict[str, Any]]) -> dict[str, float]:
+    """Per-step means over windows (weighted by their steps)."""
+    steps = sum(float(t["steps"]) for t in lines)
+    keys = {k for t in lines for k in t if k not in ("role", "steps")}
+    return {
+        k: sum(float(t.get(k, 0.0)) * float(t["steps"]) for t in lines) / steps
+        for k in sorted(keys)
+    }
+
+
 def measure_servers(
-    model: Path, logs: Path, new_tokens: int, samples: int
+    model: Path, logs: Path, new_tokens: int, samples: int, extra_args: list[str]
 ) -> dict[str, Any]:
-    out: dict[str, Any] = {"colocated": {}, "afd_1a1f": {}, "ready_s": {}}
+    """Decode rates of the colocated server and both AFD deployments, one at a
+    time, and where each AFD role's step time went (AFD_STEP_TIMING over the
+    timed requests). CPU threads as the launch plan gives them: the host's
+    CPUs shared by the AFD roles, all of them for the colocated server."""
+    cpus = host_cpus()
+    per_role = str(max(1, cpus // 2))
+    window = max(1, new_tokens // 2)
+    out: dict[str, Any] = {"colocated": {}, "ready_s": {}, "timing": {}}
+    env = {**CPU_ENV, "AFD_STEP_TIMING": str(window)}
     # Leaving the block stops every server; one that needed SIGKILL or left a
     # process behind raises ServerTeardownError.
-    with VllmServers(logs) as servers:
-        baseline = servers.start("colocated", model).wait_ready()
+    with VllmServers(logs, env=env) as servers:
+        baseline = servers.start(
+            "colocated",
+            model,
+            extra_args=extra_args,
+            env={"OMP_NUM_THREADS": str(cpus)},
+        ).wait_ready()
         out["ready_s"]["colocated"] = baseline.ready_after_s
         for batch in BATCHES:
             out["colocated"][batch] = decode_rate(baseline, batch, new_tokens, samples)
         baseline.stop()
-        ffn, attention = servers.afd_pair(model)
-        attention.wait_ready()
-        out["ready_s"]["afd_attention"] = attention.ready_after_s
-        for batch in BATCHES:
-            out["afd_1a1f"][batch] = decode_rate(attention, batch, new_tokens, samples)
+        for name, ubatches in zip(DEPLOYMENTS, (1, 2), strict=True):
+            port = free_port()
+            role_env = {"OMP_NUM_THREADS": per_role}
+            roles = {}
+            for role in ("ffn", "attention"):
+                config = afd_config(role, port, micro_batches=ubatches)
+                roles[role] = servers.start(
+                    f"{role}-{ubatches}", model, config, extra_args, env=role_env
+                )
+            attention = roles["attention"].wait_ready()
+            out["ready_s"][name] = attention.ready_after_s
+            out[name], out["timing"][name] = {}, {}
+            for batch in BATCHES:
+                marks = {r: s.log_text().__len__() for r, s in roles.items()}
+                out[name][batch] = decode_rate(attention, batch, new_tokens, samples)
+                out["timing"][name][batch] = {
+                    r: mean_parts(timing_lines(s, marks[r])) for r, s in roles.items()
+                }
+            for server in roles.values():
+                server.stop()
     return out
 
 
@@ -158,24 +210,54 @@ def exchange_round_trip(shape: tuple[int, int], repeats: int) -> dict[str, Any]:
 # -- report -----------------------------------------------------------------
 
 
-def where_time_goes(
-    served: dict[str, Any], layers: int, step_exchange_s: dict[int, float]
-) -> dict[str, dict[str, float]]:
-    """Per decode step: colocated and AFD milliseconds, the difference, and
-    how much of it ``layers`` exchange round trips of that batch explain."""
-    out = {}
-    for b in BATCHES:
-        colocated_ms = 1e3 * b / served["colocated"][b]
-        afd_ms = 1e3 * b / served["afd_1a1f"][b]
-        exchange_ms = 1e3 * layers * step_exchange_s[b]
-        out[str(b)] = {
-            "colocated_ms_per_step": colocated_ms,
-            "afd_ms_per_step": afd_ms,
-            "extra_ms_per_step": afd_ms - colocated_ms,
-            "exchange_ms_per_step": exchange_ms,
-            "exchange_share_of_extra": exchange_ms / max(afd_ms - colocated_ms, 1e-9),
-        }
+def where_time_goes(served: dict[str, Any]) -> dict[str, Any]:
+    """Per decode step, by deployment and batch: the client's step (request
+    time over tokens per sequence), the colocated step, and the attention
+    role's parts (AFD_STEP_TIMING), which must add up to the client's step;
+    the FFN role's parts beside them."""
+    out: dict[str, Any] = {}
+    for name in DEPLOYMENTS:
+        out[name] = {}
+        for b in BATCHES:
+            colocated_ms = 1e3 * b / served["colocated"][b]
+            step_ms = 1e3 * b / served[name][b]
+            timing = served["timing"][name][b]
+            parts = {k: v for k, v in timing["attention"].items() if k != "step_ms"}
+            out[name][str(b)] = {
+                "colocated_ms_per_step": colocated_ms,
+                "afd_ms_per_step": step_ms,
+                "attention_parts_ms": parts,
+                "parts_sum_ms": sum(parts.values()),
+                "parts_sum_over_step": sum(parts.values()) / step_ms,
+                "ffn_parts_ms": {
+                    k: v for k, v in timing["ffn"].items() if k != "step_ms"
+                },
+            }
     return out
+
+
+def attribution_table(per_step: dict[str, Any]) -> str:
+    """The attribution as a text table (ms per decode step)."""
+    parts = ATTENTION_PARTS
+    head = ["deployment", "batch", "colocated", "AFD", *parts, "sum", "sum/AFD"]
+    rows = [head]
+    for name, by_batch in per_step.items():
+        for b, row in by_batch.items():
+            rows.append(
+                [
+                    name,
+                    b,
+                    f"{row['colocated_ms_per_step']:.2f}",
+                    f"{row['afd_ms_per_step']:.2f}",
+                    *(f"{row['attention_parts_ms'].get(p, 0.0):.2f}" for p in parts),
+                    f"{row['parts_sum_ms']:.2f}",
+                    f"{row['parts_sum_over_step']:.2f}",
+                ]
+            )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows
+    )
 
 
 def plot(result: dict[str, Any], path: Path) -> str:
@@ -188,7 +270,15 @@ def plot(result: dict[str, Any], path: Path) -> str:
         return "matplotlib is not installed: no plot written"
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     ratios = result["decode"]["ratio"]
-    left.bar([str(b) for b in BATCHES], [ratios[str(b)] for b in BATCHES])
+    for i, name in enumerate(DEPLOYMENTS):
+        left.bar(
+            [x + i * 0.4 for x in range(len(BATCHES))],
+            [ratios[name][str(b)] for b in BATCHES],
+            0.4,
+            label=name,
+        )
+    left.set_xticks([x + 0.2 for x in range(len(BATCHES))], [str(b) for b in BATCHES])
+    left.legend()
     left.axhline(1.0, color="grey", linewidth=0.8)
     left.set(xlabel="batch", ylabel="AFD / colocated", title="decode tokens/s")
     shapes = list(result["exchange"])
@@ -212,7 +302,7 @@ def plot(result: dict[str, Any], path: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--arch", default="deepseek_v2")
+    parser.add_argument("--arch", default="qwen3_moe")
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument(
@@ -236,40 +326,49 @@ def main(argv: list[str] | None = None) -> int:
     if args.exchange_only:
         print(json.dumps(exchange, indent=2))
         return 0
-    # The model's own decode-step shapes (one token per sequence).
-    # The deployment below runs transport 'auto': shared memory on one machine.
-    step_exchange = {
-        b: exchange_round_trip((b, hidden), args.repeats)["shm_round_trip_s"]
-        for b in BATCHES
-    }
+    extra_args = ["--dtype", "float32", "--dbo-decode-token-threshold", "2"]
+    if args.arch == "deepseek_v2":
+        extra_args += ["--attention-backend", "CPU_MLA"]
     with tempfile.TemporaryDirectory(prefix="cpu-afd-bench-") as logs:
-        served = measure_servers(model, Path(logs), args.new_tokens, args.samples)
-    ratio = {str(b): served["afd_1a1f"][b] / served["colocated"][b] for b in BATCHES}
+        served = measure_servers(
+            model, Path(logs), args.new_tokens, args.samples, extra_args
+        )
+    ratio = {
+        name: {str(b): served[name][b] / served["colocated"][b] for b in BATCHES}
+        for name in DEPLOYMENTS
+    }
+    per_step = where_time_goes(served)
     result = {
-        "what": "AFD 1A1F (shared-memory data path) vs colocated vLLM, same "
-        "machine, same run",
+        "what": "AFD 1A1F (shared-memory data path; one and two micro-batches "
+        "per step) vs colocated vLLM, same machine, same run",
         "model": model.name,  # the cache entry; its spec hash names the build
         "arch": args.arch,
+        "layers": layers,
+        "hidden_size": hidden,
+        "cpus": host_cpus(),
         "new_tokens_per_sequence": args.new_tokens,
         "decode": {
             "colocated_tokens_per_s": {
                 str(b): v for b, v in served["colocated"].items()
             },
-            "afd_tokens_per_s": {str(b): v for b, v in served["afd_1a1f"].items()},
+            **{
+                f"{name}_tokens_per_s": {str(b): v for b, v in served[name].items()}
+                for name in DEPLOYMENTS
+            },
             "ratio": ratio,
         },
         "server_ready_s": served["ready_s"],
         "exchange": exchange,
-        "per_decode_step": where_time_goes(served, layers, step_exchange),
+        "per_decode_step": per_step,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "cpu_afd.json").write_text(json.dumps(result, indent=2) + "\n")
     summary = {
         "decode_ratio": ratio,
         "exchange_ratio": {k: v["ratio"] for k, v in exchange.items()},
-        "per_decode_step": result["per_decode_step"],
     }
     print(json.dumps(summary, indent=2))
+    print(attribution_table(per_step))
     print(plot(result, args.out / "cpu_afd.png"))
     return 0
 
