@@ -53,6 +53,27 @@ def decode_rate(server: VllmServer, batch: int, new_tokens: int, samples: int) -
     return statistics.median(rates)
 
 
+def marginal_step_ms(
+    server: VllmServer, batch: int, new_tokens: int, samples: int
+) -> float:
+    """Milliseconds per decode step as the client sees them: the extra time a
+    request of ``new_tokens`` takes over one of half as many, per extra token
+    (the median of ``samples`` pairs). The fixed costs (HTTP, tokenizing, the
+    prefill step) cancel out, so this is what the server-side parts of a
+    decode step must add up to."""
+    prompts = [f"Janet has {i} apples and buys {i + 3} more." for i in range(batch)]
+    half = max(1, new_tokens // 2)
+    steps = []
+    for _ in range(samples):
+        timed = []
+        for tokens in (half, new_tokens):
+            started = time.perf_counter()
+            server.complete(prompts, max_tokens=tokens, timeout_s=600)
+            timed.append(time.perf_counter() - started)
+        steps.append(1e3 * (timed[1] - timed[0]) / (new_tokens - half))
+    return statistics.median(steps)
+
+
 DEPLOYMENTS = ("afd_1a1f", "afd_1a1f_2ubatch")
 """AFD 1A1F with one micro-batch per step, and with two (afd.micro_batches)."""
 
@@ -83,7 +104,7 @@ def measure_servers(
     cpus = host_cpus()
     per_role = str(max(1, cpus // 2))
     window = max(1, new_tokens // 2)
-    out: dict[str, Any] = {"colocated": {}, "ready_s": {}, "timing": {}}
+    out: dict[str, Any] = {"colocated": {}, "ready_s": {}, "timing": {}, "step_ms": {}}
     env = {**CPU_ENV, "AFD_STEP_TIMING": str(window)}
     # Leaving the block stops every server; one that needed SIGKILL or left a
     # process behind raises ServerTeardownError.
@@ -109,10 +130,13 @@ def measure_servers(
                 )
             attention = roles["attention"].wait_ready()
             out["ready_s"][name] = attention.ready_after_s
-            out[name], out["timing"][name] = {}, {}
+            out[name], out["timing"][name], out["step_ms"][name] = {}, {}, {}
             for batch in BATCHES:
-                marks = {r: s.log_text().__len__() for r, s in roles.items()}
                 out[name][batch] = decode_rate(attention, batch, new_tokens, samples)
+                marks = {r: s.log_text().__len__() for r, s in roles.items()}
+                out["step_ms"][name][batch] = marginal_step_ms(
+                    attention, batch, new_tokens, samples
+                )
                 out["timing"][name][batch] = {
                     r: mean_parts(timing_lines(s, marks[r])) for r, s in roles.items()
                 }
@@ -211,9 +235,9 @@ def exchange_round_trip(shape: tuple[int, int], repeats: int) -> dict[str, Any]:
 
 
 def where_time_goes(served: dict[str, Any]) -> dict[str, Any]:
-    """Per decode step, by deployment and batch: the client's step (request
-    time over tokens per sequence), the colocated step, and the attention
-    role's parts (AFD_STEP_TIMING), which must add up to the client's step;
+    """Per decode step, by deployment and batch: the colocated and AFD steps
+    (from the decode rates), the client's marginal AFD step, and the attention
+    role's parts (AFD_STEP_TIMING), which must add up to the marginal step;
     the FFN role's parts beside them."""
     out: dict[str, Any] = {}
     for name in DEPLOYMENTS:
@@ -221,14 +245,16 @@ def where_time_goes(served: dict[str, Any]) -> dict[str, Any]:
         for b in BATCHES:
             colocated_ms = 1e3 * b / served["colocated"][b]
             step_ms = 1e3 * b / served[name][b]
+            marginal_ms = served["step_ms"][name][b]
             timing = served["timing"][name][b]
             parts = {k: v for k, v in timing["attention"].items() if k != "step_ms"}
             out[name][str(b)] = {
                 "colocated_ms_per_step": colocated_ms,
                 "afd_ms_per_step": step_ms,
+                "afd_marginal_ms_per_step": marginal_ms,
                 "attention_parts_ms": parts,
                 "parts_sum_ms": sum(parts.values()),
-                "parts_sum_over_step": sum(parts.values()) / step_ms,
+                "parts_sum_over_step": sum(parts.values()) / marginal_ms,
                 "ffn_parts_ms": {
                     k: v for k, v in timing["ffn"].items() if k != "step_ms"
                 },
@@ -237,9 +263,12 @@ def where_time_goes(served: dict[str, Any]) -> dict[str, Any]:
 
 
 def attribution_table(per_step: dict[str, Any]) -> str:
-    """The attribution as a text table (ms per decode step)."""
+    """The attribution as a text table (ms per decode step): colocated and
+    AFD from the decode rates, "AFD step" the client's marginal step that the
+    attention role's parts add up to."""
     parts = ATTENTION_PARTS
-    head = ["deployment", "batch", "colocated", "AFD", *parts, "sum", "sum/AFD"]
+    head = ["deployment", "batch", "colocated", "AFD", "AFD step", *parts, "sum"]
+    head.append("sum/step")
     rows = [head]
     for name, by_batch in per_step.items():
         for b, row in by_batch.items():
@@ -249,6 +278,7 @@ def attribution_table(per_step: dict[str, Any]) -> str:
                     b,
                     f"{row['colocated_ms_per_step']:.2f}",
                     f"{row['afd_ms_per_step']:.2f}",
+                    f"{row['afd_marginal_ms_per_step']:.2f}",
                     *(f"{row['attention_parts_ms'].get(p, 0.0):.2f}" for p in parts),
                     f"{row['parts_sum_ms']:.2f}",
                     f"{row['parts_sum_over_step']:.2f}",
@@ -303,10 +333,10 @@ def plot(result: dict[str, Any], path: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arch", default="qwen3_moe")
-    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument(
-        "--samples", type=int, default=3, help="timed requests per batch size"
+        "--samples", type=int, default=5, help="timed requests per batch size"
     )
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
