@@ -137,8 +137,9 @@ for _spec in (
         has_control_plane=True,
         synchronous=True,
         stages="decode, prefill",
-        notes="Shared-memory rings between roles on one machine, else gloo "
-        "point-to-point over TCP; control plane over gloo; runs on any CPU. FFN "
+        notes="Shared-memory rings between roles on one machine (control "
+        "payloads ride them too), else gloo point-to-point over TCP; runs on "
+        "any CPU; two micro-batches per step with `micro_batches: 2`. FFN "
         "ranks first; attention ranks >= FFN ranks.",
     ),
     ConnectorSpec(

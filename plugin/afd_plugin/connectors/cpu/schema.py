@@ -31,5 +31,8 @@ class P2pGlooExtraConfig(ExtraConfigSchema):
     """Capacity of each shared-memory ring (one per peer and direction); a
     larger message streams through it."""
 
-    shm_spin_us: float = Field(default=50.0, ge=0)
-    """How long a shared-memory wait spins before it sleeps on the doorbell."""
+    shm_spin_us: float = Field(default=500.0, ge=0)
+    """How long a shared-memory wait spins before it sleeps on the doorbell. A
+    layer's answer usually comes within it, so neither role pays a wake-up
+    (measured on two cores, Qwen3-MoE tiny: 4.0 -> 3.3 ms per step at batch 1
+    against 50 us)."""
