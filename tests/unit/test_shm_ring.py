@@ -8,6 +8,7 @@ memory is anonymous (nothing in /dev/shm, before or after).
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import socket
 import threading
@@ -78,6 +79,30 @@ def test_a_sleeping_consumer_is_woken_by_the_doorbell() -> None:
     producer.write(address, 8)
     thread.join(5)
     assert got and got[0] - sent < 0.1
+
+
+def test_a_waiting_consumer_spins_first_but_an_idle_one_sleeps_at_once() -> None:
+    """A layer's wait spins (its answer is near); an idle wait (the next
+    step, math.inf) leaves the core at once and still wakes on the doorbell."""
+    producer, consumer, *_ = pair(capacity=64, spin_s=10.0)
+    cpu: dict[str, float] = {}
+
+    def consume(name: str, timeout_s: float | None) -> None:
+        out, address = buffer(1)
+        started = time.thread_time()
+        consumer.read(address, 1, timeout_s)
+        cpu[name] = time.thread_time() - started
+
+    for name, timeout_s in (("idle", math.inf), ("layer", None)):
+        thread = threading.Thread(target=consume, args=(name, timeout_s))
+        thread.start()
+        time.sleep(0.5)
+        data, address = buffer(b"x")
+        producer.write(address, 1)
+        thread.join(5)
+        assert not thread.is_alive()
+    assert cpu["idle"] < 0.05
+    assert cpu["layer"] > 0.1  # spun through most of the half second
 
 
 def test_a_peer_that_vanished_is_reported_at_once() -> None:

@@ -16,6 +16,7 @@ in order (TSO), which is what this relies on; other CPUs use gloo.
 from __future__ import annotations
 
 import ctypes
+import math
 import mmap
 import os
 import select
@@ -120,12 +121,14 @@ class Ring:
         """Until the peer moves ``counter`` past ``above``: spin, then sleep on
         the doorbell with ``flag`` raised so that the peer rings it. Gives up
         after ``timeout_s`` (default: the peer timeout; ``math.inf``: never,
-        though a closed peer still ends the wait)."""
+        though a closed peer still ends the wait, and without the spin: an
+        idle wait is long, and its core is better left to others)."""
+        idle = timeout_s == math.inf
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
         if counter.value > above:
             return
         started = time.monotonic()
-        spin_until = started + self.spin_s
+        spin_until = started + (0.0 if idle else self.spin_s)
         while time.monotonic() < spin_until:
             if counter.value > above:
                 return
