@@ -52,7 +52,6 @@ REQUEST_TIMEOUT_S = 120.0
 LOG_TAIL_LINES = 40
 
 
-
 def afd_config(
     role: str,
     port: int,

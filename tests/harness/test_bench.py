@@ -13,7 +13,7 @@ import pytest
 from lint_repo import ROOT
 
 from afd_e2e.bench.options import BenchOptions, client_argv
-from afd_e2e.bench.report import BenchReport, table, write_json
+from afd_e2e.bench.report import BenchReport, table, write_json, write_summary
 from afd_e2e.cli import main
 
 
@@ -87,5 +87,13 @@ def test_the_table_and_json_put_both_deployments_side_by_side(tmp_path: Path) ->
     assert lines[2].split()[:4] == ["8", "400.0", "-", "-"]
     saved = json.loads(write_json(report, tmp_path / "bench.json").read_text())
     assert saved["ratio_output_throughput"] == {"1": 0.5, "8": None}
+    short = json.loads(write_summary(report, tmp_path / "s.json").read_text())
+    one = short["by_concurrency"]["1"]
+    assert one["afd"]["output_throughput"] == 50.0
+    assert one["colocated"]["p50_tpot_ms"] == 4.0
+    assert one["ratio_output_throughput"] == 0.5
+    assert one["ratio_tpot_p50"] == 9.0 / 4.0
+    assert short["by_concurrency"]["8"]["ratio_tpot_p50"] is None
+    assert "latencies" not in json.dumps(short)
     assert saved["results"]["afd"]["1"]["output_throughput"] == 50.0
     assert saved["errors"] == report.errors

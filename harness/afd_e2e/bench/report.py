@@ -57,6 +57,40 @@ class BenchReport:
         }
 
 
+SUMMARY_KEYS = ("output_throughput",) + tuple(
+    f"p{p}_{m}_ms" for m in METRICS for p in PERCENTILES
+)
+"""What ``bench-summary.json`` keeps of each serving-benchmark result."""
+
+
+def summary(report: BenchReport) -> dict[str, Any]:
+    """The figures a note or a results file quotes: per concurrency, output
+    tok/s and the latency percentiles of both deployments, the throughput
+    ratio and the TPOT p50 ratio. No per-request lists, no machine paths."""
+    rows: dict[str, Any] = {}
+    for c in report.options.concurrency:
+        row: dict[str, Any] = {}
+        for deployment in DEPLOYMENTS:
+            result = report.results[deployment].get(c) or {}
+            row[deployment] = {k: result.get(k) for k in SUMMARY_KEYS}
+        tpot = [row[d]["p50_tpot_ms"] for d in ("afd", "colocated")]
+        row["ratio_output_throughput"] = report.ratio(c)
+        row["ratio_tpot_p50"] = tpot[0] / tpot[1] if all(tpot) else None
+        rows[str(c)] = row
+    return {
+        "scenario": report.scenario_id,
+        "options": asdict(report.options),
+        "by_concurrency": rows,
+        "errors": report.errors,
+    }
+
+
+def write_summary(report: BenchReport, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(summary(report), indent=2) + "\n", encoding="utf-8")
+    return path
+
+
 def write_json(report: BenchReport, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")

@@ -81,12 +81,13 @@ def run(args: argparse.Namespace) -> int:
         ready_to_start(args, launchable)
     except Refused as exc:
         return refuse("bench", exc)
-    from afd_e2e.bench.report import plot, table, write_json
+    from afd_e2e.bench.report import plot, table, write_json, write_summary
     from afd_e2e.bench.run import run_bench
 
     plan = launchable.plan
     report = run_bench(plan, launchable.scenario, options)
     path = write_json(report, plan.run_dir / "bench.json")
+    write_summary(report, plan.run_dir / "bench-summary.json")
     print(table(report), file=sys.stderr)
     for line in report.errors:
         print(f"afd-e2e bench: FAIL {line}", file=sys.stderr)
