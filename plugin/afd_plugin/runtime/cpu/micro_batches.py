@@ -93,10 +93,11 @@ class _Turn:
 
 class MicroBatchThreads:
     """One long-lived thread per micro-batch, each running the jobs handed to
-    it under inference mode."""
+    it under inference mode; daemon threads, which end with the process (the
+    model they serve lives as long)."""
 
     def __init__(self, count: int, name: str = "afd-ubatch") -> None:
-        self._jobs: list[queue.SimpleQueue[Job | None]] = [
+        self._jobs: list[queue.SimpleQueue[Job]] = [
             queue.SimpleQueue() for _ in range(count)
         ]
         self._threads = [
@@ -109,17 +110,13 @@ class MicroBatchThreads:
             thread.start()
 
     @staticmethod
-    def _serve(jobs: queue.SimpleQueue[Job | None]) -> None:
+    def _serve(jobs: queue.SimpleQueue[Job]) -> None:
         with torch.inference_mode():
-            while (job := jobs.get()) is not None:
-                job()
+            while True:
+                jobs.get()()
 
     def submit(self, ubatch: int, job: Job) -> None:
         self._jobs[ubatch].put(job)
-
-    def close(self) -> None:
-        for jobs in self._jobs:
-            jobs.put(None)
 
 
 TOKEN_INPUTS = ("input_ids", "positions", "inputs_embeds")
