@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from afd_e2e.launch import free_port, host_cpus
-from afd_e2e.servers import CPU_ENV, VllmServer, VllmServers, afd_config
+from afd_e2e.launch import cpu_share, free_port, host_cpus
+from afd_e2e.servers import CPU_ENV, VllmServer, VllmServers
 from afd_e2e.tiny_model import build_tiny_model
 from afd_plugin.step_timing import ATTENTION_PARTS
 from afd_plugin.step_timing import parse_line as parse_timing
@@ -39,10 +39,14 @@ RESULTS = ROOT / "benchmarks" / "results"
 # -- decode throughput ------------------------------------------------------
 
 
+def batch_prompts(batch: int) -> list[str]:
+    return [f"Janet has {i} apples and buys {i + 3} more." for i in range(batch)]
+
+
 def decode_rate(server: VllmServer, batch: int, new_tokens: int, samples: int) -> float:
     """Completion tokens per second of one batched greedy request; the median
     of ``samples`` requests (the machine is shared and noisy)."""
-    prompts = [f"Janet has {i} apples and buys {i + 3} more." for i in range(batch)]
+    prompts = batch_prompts(batch)
     server.complete(prompts[:1], max_tokens=2)  # warm-up
     rates = []
     for _ in range(samples):
@@ -61,7 +65,7 @@ def marginal_step_ms(
     (the median of ``samples`` pairs). The fixed costs (HTTP, tokenizing, the
     prefill step) cancel out, so this is what the server-side parts of a
     decode step must add up to."""
-    prompts = [f"Janet has {i} apples and buys {i + 3} more." for i in range(batch)]
+    prompts = batch_prompts(batch)
     half = max(1, new_tokens // 2)
     steps = []
     for _ in range(samples):
@@ -102,7 +106,7 @@ def measure_servers(
     timed requests). CPU threads as the launch plan gives them: the host's
     CPUs shared by the AFD roles, all of them for the colocated server."""
     cpus = host_cpus()
-    per_role = str(max(1, cpus // 2))
+    per_role = {"OMP_NUM_THREADS": str(cpu_share(cpus, 2))}
     window = max(1, new_tokens // 2)
     out: dict[str, Any] = {"colocated": {}, "ready_s": {}, "timing": {}, "step_ms": {}}
     env = {**CPU_ENV, "AFD_STEP_TIMING": str(window)}
@@ -120,20 +124,19 @@ def measure_servers(
             out["colocated"][batch] = decode_rate(baseline, batch, new_tokens, samples)
         baseline.stop()
         for name, ubatches in zip(DEPLOYMENTS, (1, 2), strict=True):
-            port = free_port()
-            role_env = {"OMP_NUM_THREADS": per_role}
-            roles = {}
-            for role in ("ffn", "attention"):
-                config = afd_config(role, port, micro_batches=ubatches)
-                roles[role] = servers.start(
-                    f"{role}-{ubatches}", model, config, extra_args, env=role_env
-                )
-            attention = roles["attention"].wait_ready()
+            ffn, attention = servers.afd_pair(
+                model,
+                extra_args,
+                env=per_role,
+                suffix=f"-{ubatches}",
+                micro_batches=ubatches,
+            )
+            roles = {"ffn": ffn, "attention": attention.wait_ready()}
             out["ready_s"][name] = attention.ready_after_s
             out[name], out["timing"][name], out["step_ms"][name] = {}, {}, {}
             for batch in BATCHES:
                 out[name][batch] = decode_rate(attention, batch, new_tokens, samples)
-                marks = {r: s.log_text().__len__() for r, s in roles.items()}
+                marks = {r: len(s.log_text()) for r, s in roles.items()}
                 out["step_ms"][name][batch] = marginal_step_ms(
                     attention, batch, new_tokens, samples
                 )

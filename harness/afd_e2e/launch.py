@@ -33,6 +33,11 @@ def host_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def cpu_share(cpus: int, ranks: int) -> int:
+    """Compute threads of each of ``ranks`` processes sharing ``cpus``."""
+    return max(1, cpus // ranks)
+
+
 def cpu_threads(scenario: Scenario, role: str, cpus: int) -> int:
     """Compute threads of one CPU server: the host's CPUs shared evenly by
     the AFD ranks on it (attention and FFN ranks, one engine process each),
@@ -42,10 +47,10 @@ def cpu_threads(scenario: Scenario, role: str, cpus: int) -> int:
     step with one thread per role)."""
     ffn = scenario.topology.ffn
     afd_ranks = scenario.topology.attention.ranks + (ffn.ranks if ffn else 0)
-    per_rank = max(1, cpus // afd_ranks)
+    per_rank = cpu_share(cpus, afd_ranks)
     if role == "baseline":
-        baseline_ranks = scenario.topology.attention.ranks
-        return max(1, min(cpus, per_rank * afd_ranks) // baseline_ranks)
+        total = min(cpus, per_rank * afd_ranks)
+        return cpu_share(total, scenario.topology.attention.ranks)
     return per_rank
 
 

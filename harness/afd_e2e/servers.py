@@ -255,17 +255,24 @@ class VllmServers(AbstractContextManager["VllmServers"]):
         model: Path | str,
         args: Sequence[str] = (),
         attention_args: Sequence[str] = (),
+        *,
+        env: Mapping[str, str] | None = None,
+        suffix: str = "",
         **afd: Any,
     ) -> tuple[VllmServer, VllmServer]:
-        """An FFN and an attention server (``afd`` goes to :func:`afd_config`);
-        both start loading at once. Returns ``(ffn, attention)``."""
+        """An FFN and an attention server (``afd`` goes to :func:`afd_config`),
+        named ``ffn<suffix>`` and ``attention<suffix>``, with ``env`` added to
+        both; both start loading at once. Returns ``(ffn, attention)``."""
         port = free_port()
-        ffn = self.start("ffn", model, afd_config("ffn", port, **afd), args)
+        ffn = self.start(
+            f"ffn{suffix}", model, afd_config("ffn", port, **afd), args, env=env
+        )
         attention = self.start(
-            "attention",
+            f"attention{suffix}",
             model,
             afd_config("attention", port, **afd),
             [*args, *attention_args],
+            env=env,
         )
         return ffn, attention
 

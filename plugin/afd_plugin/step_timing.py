@@ -24,7 +24,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from afd_plugin import envs
 
@@ -32,7 +32,7 @@ logger = logging.getLogger("afd_plugin")
 
 TAG = "AFD_STEP_TIMING"
 ATTENTION_PARTS = ("between", "runner", "announce", "send", "wait", "compute")
-FFN_PARTS = ("control", "recv", "compute", "send")
+_OFF = nullcontext()
 
 
 class StepClock:
@@ -61,11 +61,13 @@ class StepClock:
     def add(self, part: str, seconds: float) -> None:
         self.totals[part] += seconds
 
+    def part(self, name: str) -> AbstractContextManager[None]:
+        """Time the block as part ``name``; off, one shared no-op (the
+        exchange calls this per layer)."""
+        return self._timed(name) if self.enabled else _OFF
+
     @contextmanager
-    def part(self, name: str) -> Iterator[None]:
-        if not self.enabled:
-            yield
-            return
+    def _timed(self, name: str) -> Iterator[None]:
         started = time.perf_counter()
         try:
             yield

@@ -109,27 +109,35 @@ def test_unknown_scenario_is_bad_input(capsys) -> None:
     assert "no scenario 'nope'" in capsys.readouterr().err
 
 
+def afd_fields(plan: dict) -> dict[str, dict]:
+    """Each AFD role's ``afd`` config as its argv carries it."""
+    out = {}
+    for role in plan["roles"]:
+        argv = role["argv"]
+        if "--additional-config" in argv:
+            extra = json.loads(argv[argv.index("--additional-config") + 1])
+            out[extra["afd"]["role"]] = extra["afd"]
+    return out
+
+
 def test_two_micro_batches_reach_both_cpu_roles_as_the_afd_field(
     tmp_path: Path, capsys
 ) -> None:
     """The CPU DBO scenario: both roles get afd.micro_batches 2 (vLLM's CPU
     platform turns --enable-dbo off), and no role is given --enable-dbo."""
     plan = plan_of("cpu-dbo-1a1f", tmp_path, capsys)
-    seen = {}
-    for role in plan["roles"]:
-        argv = role["argv"]
-        assert "--enable-dbo" not in argv
-        if "--additional-config" in argv:
-            extra = json.loads(argv[argv.index("--additional-config") + 1])
-            seen[extra["afd"]["role"]] = extra["afd"]["micro_batches"]
-    assert seen == {"attention": 2, "ffn": 2}
+    assert all("--enable-dbo" not in role["argv"] for role in plan["roles"])
+    fields = afd_fields(plan)
+    assert {r: f["micro_batches"] for r, f in fields.items()} == {
+        "attention": 2,
+        "ffn": 2,
+    }
     # Without DBO the field stays at one micro-batch.
-    plan = plan_of("cpu-eager-1a1f", tmp_path, capsys)
-    for role in plan["roles"]:
-        argv = role["argv"]
-        if "--additional-config" in argv:
-            extra = json.loads(argv[argv.index("--additional-config") + 1])
-            assert extra["afd"]["micro_batches"] == 1
+    fields = afd_fields(plan_of("cpu-eager-1a1f", tmp_path, capsys))
+    assert {r: f["micro_batches"] for r, f in fields.items()} == {
+        "attention": 1,
+        "ffn": 1,
+    }
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,6 @@ from afd_e2e.commands.launching import (
     refuse,
 )
 
-DEFAULT_SCENARIO = "cpu-eager-1a1f"
 DEFAULTS = BenchOptions()
 
 
@@ -33,7 +32,7 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_launch_arguments(parser, DEFAULT_SCENARIO)
+    add_launch_arguments(parser)
     parser.add_argument(
         "--concurrency",
         type=_ints,

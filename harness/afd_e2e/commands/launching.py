@@ -41,7 +41,13 @@ class Launchable:
     plan: LaunchPlan
 
 
-def add_launch_arguments(parser: argparse.ArgumentParser, default: str) -> None:
+DEFAULT_SCENARIO = "cpu-eager-1a1f"
+"""The main job: what ``run`` and ``bench`` launch without a scenario id."""
+
+
+def add_launch_arguments(
+    parser: argparse.ArgumentParser, default: str = DEFAULT_SCENARIO
+) -> None:
     add_root(parser)
     parser.add_argument(
         "scenario", nargs="?", default=default, help=f"scenario id (default: {default})"

@@ -18,11 +18,9 @@ from afd_e2e.commands.launching import (
 )
 from afd_e2e.launch import describe
 
-DEFAULT_SCENARIO = "cpu-eager-1a1f"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_launch_arguments(parser, DEFAULT_SCENARIO)
+    add_launch_arguments(parser)
     parser.add_argument(
         "--dry-run", action="store_true", help="print the launch plan; start nothing"
     )

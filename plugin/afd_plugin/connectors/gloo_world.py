@@ -248,11 +248,14 @@ class GlooWorld:
         src: int,
         tag: int,
         what: str,
-        timeout: timedelta | None = None,
+        idle: bool = False,
     ) -> None:
+        """Fill ``tensor`` from ``src``; ``idle``: wait without the peer timeout
+        (the FFN side waiting for the next step of an idle server)."""
         pg = self._require_pg(what)
+        timeout = IDLE_TIMEOUT if idle else self.peer_timeout
         try:
-            pg.recv([tensor], src, tag).wait(timeout or self.peer_timeout)
+            pg.recv([tensor], src, tag).wait(timeout)
         except RuntimeError as exc:
             raise self._peer_error(src, f"receiving {what}", exc) from exc
 

@@ -15,7 +15,7 @@ import torch
 
 from afd_plugin.config import AFDConfig
 from afd_plugin.connectors.base import AFDConnector, AFDControlPlane
-from afd_plugin.connectors.gloo_world import IDLE_TIMEOUT, GlooWorld
+from afd_plugin.connectors.gloo_world import GlooWorld
 from afd_plugin.step_protocol import stage_rows
 from afd_plugin.topology import WorldLayout, attention_block, ffn_rank_for_attention
 from afd_plugin.wire import (
@@ -72,7 +72,7 @@ class GlooTransport(DataTransport):
     def recv(
         self, tensor: torch.Tensor, src: int, tag: int, what: str, idle: bool = False
     ) -> None:
-        self.world.recv(tensor, src, tag, what, timeout=IDLE_TIMEOUT if idle else None)
+        self.world.recv(tensor, src, tag, what, idle)
 
 
 @dataclass(frozen=True)
@@ -126,10 +126,7 @@ class P2pControlPlane(AFDControlPlane):
         for peer in c.attention_peers:
             what = f"a control payload after step {c.step}"
             length = torch.empty(1, dtype=torch.int64)
-            if isinstance(path, GlooWorld):
-                path.recv(length, peer, TAG_CONTROL_LENGTH, what, timeout=IDLE_TIMEOUT)
-            else:
-                path.recv(length, peer, TAG_CONTROL_LENGTH, what, idle=True)
+            path.recv(length, peer, TAG_CONTROL_LENGTH, what, idle=True)
             body = torch.empty(check_length(int(length.item())), dtype=torch.uint8)
             path.recv(body, peer, TAG_CONTROL_BYTES, what)
             payloads.append((peer, decode_payload(body.numpy().tobytes())))

@@ -136,26 +136,31 @@ class AFDAttentionRunnerMixin(AFDRoleRunnerMixin):
     _afd_step_ended: float | None = None
 
     def execute_model(self, *args: Any, **kwargs: Any) -> Any:
+        call = super().execute_model  # type: ignore[misc]
         if not _CLOCK.enabled:
-            return super().execute_model(*args, **kwargs)  # type: ignore[misc]
-        started = time.perf_counter()
-        if self._afd_step_ended is not None:
-            _CLOCK.add("between", started - self._afd_step_ended)
-        _CLOCK.step(started)
-        try:
-            return super().execute_model(*args, **kwargs)  # type: ignore[misc]
-        finally:
-            self._afd_step_ended = time.perf_counter()
-            _CLOCK.add("runner_total", self._afd_step_ended - started)
+            return call(*args, **kwargs)
+        return self._afd_timed_runner_call(call, args, kwargs, step_starts=True)
 
     def sample_tokens(self, *args: Any, **kwargs: Any) -> Any:
+        call = super().sample_tokens  # type: ignore[misc]
         if not _CLOCK.enabled:
-            return super().sample_tokens(*args, **kwargs)  # type: ignore[misc]
+            return call(*args, **kwargs)
+        return self._afd_timed_runner_call(call, args, kwargs, step_starts=False)
+
+    def _afd_timed_runner_call(
+        self,
+        call: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        step_starts: bool,
+    ) -> Any:
         started = time.perf_counter()
         if self._afd_step_ended is not None:
             _CLOCK.add("between", started - self._afd_step_ended)
+        if step_starts:
+            _CLOCK.step(started)
         try:
-            return super().sample_tokens(*args, **kwargs)  # type: ignore[misc]
+            return call(*args, **kwargs)
         finally:
             self._afd_step_ended = time.perf_counter()
             _CLOCK.add("runner_total", self._afd_step_ended - started)

@@ -116,15 +116,14 @@ class Ring:
         counter: ctypes.c_uint64,
         above: int,
         flag: ctypes.c_uint32,
-        timeout_s: float | None = None,
+        idle: bool = False,
     ) -> None:
         """Until the peer moves ``counter`` past ``above``: spin, then sleep on
-        the doorbell with ``flag`` raised so that the peer rings it. Gives up
-        after ``timeout_s`` (default: the peer timeout; ``math.inf``: never,
-        though a closed peer still ends the wait, and without the spin: an
-        idle wait is long, and its core is better left to others)."""
-        idle = timeout_s == math.inf
-        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        the doorbell with ``flag`` raised so that the peer rings it; give up
+        after the peer timeout. ``idle``: never give up (a closed peer still
+        ends the wait) and do not spin: an idle wait is long, and its core is
+        better left to others."""
+        timeout_s = math.inf if idle else self.timeout_s
         if counter.value > above:
             return
         started = time.monotonic()
@@ -168,7 +167,7 @@ class Ring:
 
     # -- consumer -------------------------------------------------------------
 
-    def read(self, address: int, size: int, timeout_s: float | None = None) -> None:
+    def read(self, address: int, size: int, idle: bool = False) -> None:
         """Copy the next ``size`` bytes of the ring to ``address`` (waits, as
         ``_wait`` says)."""
         self._check_open()
@@ -177,7 +176,7 @@ class Ring:
         while done < size:
             available = self._head.value - tail
             if available == 0:
-                self._wait(self._head, tail, self._consumer_waiting, timeout_s)
+                self._wait(self._head, tail, self._consumer_waiting, idle)
                 continue
             pos = tail % capacity
             step = min(size - done, available, capacity - pos)

@@ -12,7 +12,6 @@ name the peer like the gloo path does.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import platform
 import secrets
@@ -238,9 +237,8 @@ class ShmTransport(DataTransport):
     ) -> None:
         assert tensor.is_contiguous(), "receive buffers are fresh and contiguous"
         size = tensor.numel() * tensor.element_size()
-        timeout_s = math.inf if idle else None
         try:
-            self._channel(src).inbound.read(tensor.data_ptr(), size, timeout_s)
+            self._channel(src).inbound.read(tensor.data_ptr(), size, idle)
         except (RingClosed, RingTimeout) as exc:
             raise self._failure(src, f"receiving {what}", exc) from exc
 
