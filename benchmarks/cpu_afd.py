@@ -213,6 +213,52 @@ def _round_trip(shape: tuple[int, int], repeats: int, transport: str) -> float:
     return statistics.median(trips[5:])
 
 
+def _flag_echo(fd: int, repeats: int) -> None:
+    import ctypes
+    import mmap
+
+    view = mmap.mmap(fd, 128)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(view))
+    asked = ctypes.c_uint64.from_address(base)
+    answered = ctypes.c_uint64.from_address(base + 64)
+    for i in range(1, repeats + 1):
+        while asked.value < i:
+            pass
+        answered.value = i
+
+
+def hand_off_floor(repeats: int) -> float:
+    """Median seconds of the cheapest cross-process round trip there is here:
+    one cache-line flag each way between two spinning Python processes, no
+    data, no doorbell. Every data path pays at least this."""
+    import ctypes
+    import mmap
+    import os
+
+    fd = os.memfd_create("afd-bench-flag", os.MFD_CLOEXEC)
+    os.ftruncate(fd, 128)
+    peer = mp.get_context("fork").Process(
+        target=_flag_echo, args=(fd, repeats), daemon=True
+    )
+    peer.start()
+    view = mmap.mmap(fd, 128)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(view))
+    asked = ctypes.c_uint64.from_address(base)
+    answered = ctypes.c_uint64.from_address(base + 64)
+    trips = []
+    for i in range(1, repeats + 1):
+        started = time.perf_counter()
+        asked.value = i
+        while answered.value < i:
+            pass
+        trips.append(time.perf_counter() - started)
+    peer.join(30)
+    del asked, answered
+    view.close()
+    os.close(fd)
+    return statistics.median(trips[5:])
+
+
 def exchange_round_trip(shape: tuple[int, int], repeats: int) -> dict[str, Any]:
     """Median seconds of one layer's send + receive on each data path, and of
     an in-process copy of the same bf16 tensor; each path as a ratio to it."""
@@ -227,10 +273,24 @@ def exchange_round_trip(shape: tuple[int, int], repeats: int) -> dict[str, Any]:
         copies.append(time.perf_counter() - started)
     copy = statistics.median(copies[5:])
     trips = {t: _round_trip(shape, repeats, t) for t in TRANSPORTS}
+    # A round trip is four tensor operations in a row: two sends, each at
+    # least one copy into memory the peer sees, and two receives, each at
+    # least a tensor made over that memory (zero-copy) or a copy out of it;
+    # plus one hand-off each way. That sum is its floor.
+    raw = bytearray(hidden.numel() * hidden.element_size())
+    views = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        torch.frombuffer(raw, dtype=torch.bfloat16).view(shape)
+        views.append(time.perf_counter() - started)
+    receive = min(copy, statistics.median(views[5:]))
+    floor = 2 * copy + 2 * receive + hand_off_floor(repeats)
     return {
         **{f"{t}_round_trip_s": v for t, v in trips.items()},
         "in_process_copy_s": copy,
+        "floor_s": floor,
         "ratio": {t: v / copy for t, v in trips.items()},
+        "floor_ratio": floor / copy,
     }
 
 
@@ -399,6 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = {
         "decode_ratio": ratio,
         "exchange_ratio": {k: v["ratio"] for k, v in exchange.items()},
+        "exchange_floor_ratio": {k: v["floor_ratio"] for k, v in exchange.items()},
     }
     print(json.dumps(summary, indent=2))
     print(attribution_table(per_step))

@@ -94,7 +94,15 @@ class Ring:
         self.doorbell = doorbell
         self.spin_s = spin_s
         self.timeout_s = timeout_s
-        self._map = mmap.mmap(fd, HEADER_BYTES + capacity)
+        # Populated up front: each process faults in its own page tables, and
+        # a message written to pages neither end touched yet paid about a
+        # microsecond per 4 KiB page on each side until the ring wrapped once
+        # (8x2048 bf16, measured: 59 -> 13 us per round trip).
+        self._map = mmap.mmap(
+            fd,
+            HEADER_BYTES + capacity,
+            flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
+        )
         # Raw addresses, not buffer exports: an exception's traceback may keep
         # them alive, and the mapping must still close. Nothing touches them
         # once it did (``_check_open``).
