@@ -24,10 +24,14 @@ from afd_plugin.model_support import MODEL_FAMILIES
 CI_PLATFORMS = ("cpu",)
 
 
-def _status(platform: str, implemented: bool) -> str:
+def _status(platform: str, implemented: bool, cpu_reference: bool = False) -> str:
     if not implemented:
         return "not yet"
-    return "yes, run in CI" if platform in CI_PLATFORMS else "yes, no hardware run yet"
+    if platform in CI_PLATFORMS:
+        return "yes, run in CI"
+    if cpu_reference:
+        return "yes; its reference ops run in CI on the CPU, no hardware run yet"
+    return "yes, no hardware run yet"
 
 
 def _table(header: Iterable[str], rows: Iterable[Iterable[str]]) -> str:
@@ -65,7 +69,7 @@ def connector_table() -> str:
                 "yes" if spec.has_control_plane else "no",
                 modes,
                 _code(schema.model_fields) or "(none)",
-                _status(spec.platform, spec.implemented),
+                _status(spec.platform, spec.implemented, spec.cpu_reference),
                 spec.notes,
             ]
         )

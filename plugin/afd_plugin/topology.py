@@ -2,7 +2,8 @@
 """Role ranks, the attention->FFN mapping and the process-group layout.
 
 Pure functions: FFN ranks come first in the AFD world, attention ranks follow;
-attention ranks are spread over FFN ranks in contiguous, balanced blocks.
+attention ranks are spread over FFN ranks in contiguous, balanced blocks
+(the CAM P2P connector strides them instead: ``strided_group``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,25 @@ def ffn_rank_for_attention(
     if attention_rank < cut:
         return attention_rank // (base + 1)
     return extra + (attention_rank - cut) // base
+
+
+def strided_group(ffn_rank: int, num_attention: int, num_ffn: int) -> range:
+    """Attention ranks one FFN rank serves in the CAM P2P layout: ``r, r + F,
+    r + 2F, ...`` (slot ``i`` is attention ``r + i F``)."""
+    _check_counts(num_attention, num_ffn)
+    if not 0 <= ffn_rank < num_ffn:
+        raise ValueError(f"ffn_rank {ffn_rank} outside [0, {num_ffn})")
+    return range(ffn_rank, num_attention, num_ffn)
+
+
+def strided_ffn_rank(attention_rank: int, num_attention: int, num_ffn: int) -> int:
+    """The FFN rank of one attention rank in the CAM P2P layout: ``a % F``."""
+    _check_counts(num_attention, num_ffn)
+    if not 0 <= attention_rank < num_attention:
+        raise ValueError(
+            f"attention_rank {attention_rank} outside [0, {num_attention})"
+        )
+    return attention_rank % num_ffn
 
 
 @dataclass(frozen=True)

@@ -91,16 +91,38 @@ def _check_deployment_shape(dep: Deployment, errors: list[FieldError]) -> None:
 
 def _check_connector(cfg: AFDConfig, dep: Deployment, errors: list[FieldError]) -> bool:
     spec = AFDConnectorFactory.get_spec(cfg.connector)
-    if spec.platform != dep.platform:
-        others = [
-            s.name for s in AFDConnectorFactory.specs() if s.platform == dep.platform
-        ]
+    extra = cfg.extra
+    ops = getattr(extra, "ops", None)
+    ops_path = f"{AFD}.connector_extra_config.ops"
+    if ops == "reference" and dep.platform != "cpu":
         _e(
             errors,
-            f"{AFD}.connector",
-            f"{cfg.connector} runs on {spec.platform}, not {dep.platform}; "
-            f"use one of: {', '.join(others)}",
+            ops_path,
+            f"'reference' (the CPU kernels of the CAM ops) runs on the CPU "
+            f"platform only, not {dep.platform}; use 'ascend'",
         )
+    on_reference_ops = ops == "reference" and dep.platform == "cpu"
+    if spec.platform != dep.platform and not on_reference_ops:
+        if ops is not None and dep.platform == "cpu":
+            _e(
+                errors,
+                ops_path,
+                f"{cfg.connector} runs on the CPU platform with the reference "
+                f"ops only (the CPU kernels of its operator contract): set "
+                f"'reference', got {ops!r}",
+            )
+        else:
+            others = [
+                s.name
+                for s in AFDConnectorFactory.specs()
+                if s.platform == dep.platform
+            ]
+            _e(
+                errors,
+                f"{AFD}.connector",
+                f"{cfg.connector} runs on {spec.platform}, not {dep.platform}; "
+                f"use one of: {', '.join(others)}",
+            )
     if not spec.implemented:
         built = [s.name for s in AFDConnectorFactory.specs() if s.implemented]
         _absent(
@@ -109,7 +131,6 @@ def _check_connector(cfg: AFDConfig, dep: Deployment, errors: list[FieldError]) 
             f"{cfg.connector} is not in this build (registered, implementation "
             f"{spec.loader} absent); connectors in this build: {', '.join(built)}",
         )
-    extra = cfg.extra
     refusal = extra.graph_refusal() if dep.graph_mode != "eager" else None
     if refusal is not None:
         field, why = refusal

@@ -70,7 +70,9 @@ def processes_with_marker(run_id: str) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize("scenario", ["cpu-eager-1a1f", "cpu-eager-1a1f-qwen3"])
+@pytest.mark.parametrize(
+    "scenario", ["cpu-eager-1a1f", "cpu-eager-1a1f-qwen3", "cpu-eager-1a1f-camp2p"]
+)
 def test_main_job_passes_parity_and_gsm8k_agreement(
     scenario: str, tmp_path: Path, tiny_model_root: Path
 ) -> None:

@@ -283,7 +283,7 @@ def test_run_refuses_a_scenario_this_build_cannot_run(repo: Path, capsys) -> Non
     err = capsys.readouterr().err
     assert code == 2
     assert "needs what is not in this build (it awaits the Ascend role" in err
-    assert "CAMP2pAFDConnector is not in this build" in err
+    assert "the Ascend role workers" in err
     assert "nothing was started" in err
 
 

@@ -37,6 +37,7 @@ CATALOGUE_IDS = {
     "cpu-eager-1a1f",
     "cpu-eager-2a1f",
     "cpu-eager-1a1f-qwen3",
+    "cpu-eager-1a1f-camp2p",
     "cpu-eager-1a1f-gate-attn",
 }
 

@@ -13,6 +13,8 @@ from afd_plugin.topology import (
     attention_block,
     ffn_rank_for_attention,
     role_rank,
+    strided_ffn_rank,
+    strided_group,
 )
 
 PAIRS = [(a, f) for a in range(1, 25) for f in range(1, a + 1)]
@@ -29,6 +31,33 @@ def test_blocks_partition_attention_ranks_in_balanced_contiguous_blocks(num_a, n
     for f, block in enumerate(blocks):
         for a in block:
             assert ffn_rank_for_attention(a, num_a, num_f) == f
+
+
+@pytest.mark.parametrize(("num_a", "num_f"), PAIRS)
+def test_strided_groups_partition_attention_ranks_by_slot(num_a, num_f):
+    """CAM P2P: attention a sits in slot a // F of FFN a % F; with A % F != 0
+    the FFN ranks from A % F on serve one slot fewer."""
+    groups = [strided_group(f, num_a, num_f) for f in range(num_f)]
+    assert sorted(a for g in groups for a in g) == list(range(num_a))
+    for f, group in enumerate(groups):
+        for slot, a in enumerate(group):
+            assert strided_ffn_rank(a, num_a, num_f) == f
+            assert a == f + slot * num_f
+    full = -(-num_a // num_f)
+    expected = [
+        full if num_a % num_f == 0 or f < num_a % num_f else full - 1
+        for f in range(num_f)
+    ]
+    assert [len(g) for g in groups] == expected
+
+
+def test_strided_mapping_refuses_ranks_outside_the_world():
+    with pytest.raises(ValueError, match="ffn_rank 2 outside"):
+        strided_group(2, 4, 2)
+    with pytest.raises(ValueError, match="attention_rank 4 outside"):
+        strided_ffn_rank(4, 4, 2)
+    with pytest.raises(ValueError, match="num_attention_ranks >= num_ffn_ranks"):
+        strided_group(0, 1, 2)
 
 
 @pytest.mark.parametrize(("num_a", "num_f"), PAIRS)

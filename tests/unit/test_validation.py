@@ -128,6 +128,37 @@ def test_gate_matrix(connector, runner, arch, gate, extra, expected) -> None:
         assert expected in str(info.value)
 
 
+OPS = "additional_config.afd.connector_extra_config.ops"
+
+
+def test_cam_p2p_runs_on_the_cpu_with_its_reference_ops_only() -> None:
+    on_cpu = dep("CAMP2pAFDConnector", platform="cpu", architecture=QWEN3)
+    validate_deployment(cfg("CAMP2pAFDConnector", False, ops="reference"), on_cpu)
+    # The default is the Ascend kernels: on the CPU that names the ops field.
+    errors = check_deployment(cfg("CAMP2pAFDConnector", False), on_cpu)
+    assert [e.path for e in errors] == [OPS]
+    assert "with the reference ops only" in errors[0].message
+    assert "got 'ascend'" in errors[0].message
+    # The reference kernels are never a choice (nor a fallback) on an NPU.
+    errors = check_deployment(
+        cfg("CAMP2pAFDConnector", False, ops="reference"), dep("CAMP2pAFDConnector")
+    )
+    assert OPS in {e.path for e in errors}
+    assert any("CPU platform only, not npu" in e.message for e in errors)
+
+
+def test_a_connector_without_reference_ops_stays_off_the_cpu() -> None:
+    errors = check_deployment(
+        cfg("P2pNcclAFDConnector", False),
+        dep("P2pNcclAFDConnector", platform="cpu", architecture=QWEN3),
+    )
+    assert any(
+        e.path == "additional_config.afd.connector"
+        and "runs on cuda, not cpu; use one of: P2pGlooAFDConnector" in e.message
+        for e in errors
+    )
+
+
 def test_cam_async_message_mentions_async_moe_ubatching() -> None:
     errors = check_deployment(
         cfg("CAMAsyncAFDConnector", False, async_moe_ubatching=True),

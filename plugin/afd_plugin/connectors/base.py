@@ -159,6 +159,12 @@ class AFDConnector(ABC):
         """Release groups and buffers; idempotent, safe on a half-built connector."""
 
     @property
+    def block(self) -> range:
+        """Attention ranks whose token counts this rank's step payloads carry,
+        in payload order (a control-plane connector: its FFN rank's group)."""
+        return range(self.rank, self.rank + 1)
+
+    @property
     def buffered_sends(self) -> bool:
         """Whether a send returns before the peer receives it (one message per
         micro-batch stage fits in flight). The FFN side then serves each

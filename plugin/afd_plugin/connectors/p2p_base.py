@@ -168,22 +168,30 @@ class P2pAFDConnectorBase(AFDConnector):
     def is_attention(self) -> bool:
         return self.config.is_attention
 
+    # The mapping: contiguous balanced blocks; a connector whose operators
+    # need another layout overrides these two.
+
+    def ffn_rank_of(self, attention_rank: int) -> int:
+        """The FFN rank that serves ``attention_rank``."""
+        return ffn_rank_for_attention(
+            attention_rank, self.layout.num_attention, self.layout.num_ffn
+        )
+
+    def group_of(self, ffn_rank: int) -> range:
+        """Attention ranks ``ffn_rank`` serves, in the order it serves them."""
+        return attention_block(ffn_rank, self.layout.num_attention, self.layout.num_ffn)
+
     @property
     def ffn_peer(self) -> int:
         """Global rank of this attention rank's FFN rank."""
-        return self.layout.peer_of("attention", self.rank)
+        return self.layout.global_rank("ffn", self.ffn_rank_of(self.rank))
 
     @property
     def block(self) -> range:
-        """Attention ranks of this rank's control-plane block."""
-        ffn = (
-            ffn_rank_for_attention(
-                self.rank, self.layout.num_attention, self.layout.num_ffn
-            )
-            if self.is_attention
-            else self.rank
-        )
-        return attention_block(ffn, self.layout.num_attention, self.layout.num_ffn)
+        """Attention ranks of this rank's control-plane block (its FFN rank's
+        group): the token counts of a control payload, in this order."""
+        ffn = self.ffn_rank_of(self.rank) if self.is_attention else self.rank
+        return self.group_of(ffn)
 
     @property
     def attention_peers(self) -> tuple[int, ...]:
@@ -276,7 +284,7 @@ class P2pAFDConnectorBase(AFDConnector):
             self.states.clear()
         rows = stage_rows(payload)
         if self.is_attention:
-            own = rows[self.rank - block.start]
+            own = rows[block.index(self.rank)]
             state = StepState(self.step, payload, (self.ffn_peer,), (own,))
         else:
             state = StepState(self.step, payload, self.attention_peers, rows)

@@ -42,6 +42,9 @@ class ConnectorSpec:
     synchronous: bool
     stages: str
     notes: str = ""
+    cpu_reference: bool = False
+    """Whether its operator contract also has CPU reference kernels (extra
+    config ``ops: reference``), so it runs through real vLLM on the CPU."""
 
     def _resolve(self, target: str) -> Any:
         module_name, _, attr = target.partition(":")
@@ -161,8 +164,12 @@ for _spec in (
         has_control_plane=True,
         synchronous=True,
         stages="decode",
-        notes="HCCL/CAM P2P custom ops from csrc/npu, loaded at connector init; "
-        "gloo control plane.",
+        notes="CAM P2P ops `afd_ascend::a2e/e2a` (native kernels from "
+        "csrc/npu, loaded at connector init; or `ops: reference`, their CPU "
+        "kernels over shared memory or gloo); gloo control plane; bf16; FFN "
+        "ranks first, attention `a` in slot `a // F` of FFN `a % F`; equal "
+        "token counts inside one FFN group.",
+        cpu_reference=True,
     ),
     ConnectorSpec(
         name="CAMAsyncAFDConnector",

@@ -34,7 +34,6 @@ from afd_plugin.step_protocol import (
     dual_ubatch_tokens,
     stage_payloads,
 )
-from afd_plugin.topology import attention_block, ffn_rank_for_attention
 
 if TYPE_CHECKING:
     from torch import nn
@@ -189,10 +188,9 @@ class AFDAttentionRunnerMixin(AFDRoleRunnerMixin):
     # -- the step -------------------------------------------------------------
 
     def _afd_block(self) -> range:
-        afd = self.afd_connector.config
-        rank = self.afd_connector.rank
-        ffn = ffn_rank_for_attention(rank, afd.num_attention_ranks, afd.num_ffn_ranks)
-        return attention_block(ffn, afd.num_attention_ranks, afd.num_ffn_ranks)
+        """The attention ranks whose counts this rank announces: its FFN
+        rank's group, in the connector's own mapping."""
+        return self.afd_connector.block
 
     def _afd_counts(self, num_tokens: int) -> tuple[int, ...]:
         dp_counts = None

@@ -6,6 +6,8 @@ Torch-free: the config layer, the harness and NPU feature checks use them.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from afd_plugin.connectors.extra_config import ExtraConfigSchema
@@ -14,14 +16,42 @@ from afd_plugin.connectors.extra_config import ExtraConfigSchema
 class CAMP2pExtraConfig(ExtraConfigSchema):
     """Settings of ``CAMP2pAFDConnector``."""
 
+    ops: Literal["ascend", "reference"] = "ascend"
+    """Which implementation of the CAM P2P ops runs: `ascend` (the native NPU
+    kernels of `afd_plugin._C_ascend`) or `reference` (CPU kernels of the same
+    contract over shared memory or gloo; CPU platform only, never a fallback)."""
+
     compute_gate_on_attention: bool = False
     """Operator contract of the CAM P2P ops; must be false (AFD-I7)."""
 
+    core_num: int = Field(default=8, ge=1)
+    """Vector cores each op call uses, where the role's own field is unset."""
+
+    attn_core_num: int | None = Field(default=None, ge=1)
+    """Vector cores of the ops on attention ranks (default `core_num`)."""
+
+    ffn_core_num: int | None = Field(default=None, ge=1)
+    """Vector cores of the ops on FFN ranks (default `core_num`)."""
+
+    quant_mode: Literal[0] = 0
+    """Activation quantisation of the exchange; the ops support 0 (bf16) only."""
+
     max_num_tokens_per_rank: int = Field(default=256, ge=1)
-    """Largest token count one attention rank sends in one stage."""
+    """Largest token count one attention rank sends in one stage (the size of
+    its window at the FFN rank)."""
 
     rendezvous_timeout_s: float = Field(default=600.0, gt=0)
     """How long a role waits for its peers at rendezvous before failing."""
+
+    peer_timeout_s: float = Field(default=60.0, gt=0)
+    """How long one reference op call may wait for the peer before failing."""
+
+    transport: Literal["auto", "gloo", "shm"] = "auto"
+    """Data path of the reference ops, as `P2pGlooAFDConnector`'s `transport`."""
+
+    def aiv_num(self, role: str) -> int:
+        own = self.attn_core_num if role == "attention" else self.ffn_core_num
+        return own if own is not None else self.core_num
 
 
 class CAMAsyncExtraConfig(ExtraConfigSchema):

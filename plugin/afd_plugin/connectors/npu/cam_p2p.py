@@ -1,0 +1,273 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``CAMP2pAFDConnector``: the synchronous Ascend connector of decode steps.
+
+The shared point-to-point design (``connectors/p2p_base.py``: the gloo world
+with FFN ranks first, the JSON control plane, per-stage step state, state
+before send) with two differences the CAM P2P operators impose:
+
+- **Strided groups**: attention ``a`` talks to FFN ``a % F`` in slot
+  ``a // F``, so FFN ``r`` serves ``r, r + F, ...``.
+- **The data moves through the ops** ``afd_ascend::a2e`` / ``e2a``
+  (``cam_p2p_ops.py``), one communicator per micro-batch stage; every slot of
+  one FFN group sends the same number of rows.
+
+``connector_extra_config.ops`` picks the kernels behind those ops: ``ascend``
+(loaded from the native library at ``init_afd_connector()``) or
+``reference`` (CPU kernels over shared memory or gloo,
+``cam_p2p_reference.py``). The module imports without ``torch_npu``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from afd_plugin.connectors.base import ExchangeSpec
+from afd_plugin.connectors.cpu.schema import P2pGlooExtraConfig
+from afd_plugin.connectors.cpu.shm_transport import ShmTransport, choose_shm
+from afd_plugin.connectors.gloo_world import GlooWorld
+from afd_plugin.connectors.npu import cam_p2p_reference as reference
+from afd_plugin.connectors.npu.cam_p2p_ops import (
+    ACTIVATION_DTYPE,
+    CamOpsUnavailable,
+    ensure_cam_p2p_ops_available,
+)
+from afd_plugin.connectors.npu.schema import CAMP2pExtraConfig
+from afd_plugin.connectors.p2p_base import (
+    DataTransport,
+    GlooTransport,
+    P2pAFDConnectorBase,
+)
+from afd_plugin.topology import strided_ffn_rank, strided_group
+from afd_plugin.wire import AFDWireError
+
+TOPK_UNUSED = 0
+"""The gate runs on the FFN side: no expert ids travel, so no top-k columns."""
+
+
+class CAMP2pAFDConnector(P2pAFDConnectorBase):
+    """One attention rank -> its strided FFN rank through the CAM P2P ops."""
+
+    extra: CAMP2pExtraConfig
+
+    def __init__(self, config, rank: int) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(config, rank)
+        self._handles: dict[tuple[int, int], torch.Tensor] = {}
+        self._communicators: list[str] = []
+
+    # -- topology -----------------------------------------------------------
+
+    def ffn_rank_of(self, attention_rank: int) -> int:
+        return strided_ffn_rank(
+            attention_rank, self.layout.num_attention, self.layout.num_ffn
+        )
+
+    def group_of(self, ffn_rank: int) -> range:
+        return strided_group(ffn_rank, self.layout.num_attention, self.layout.num_ffn)
+
+    @property
+    def global_rank(self) -> int:
+        return self.layout.global_rank(self.config.role, self.rank)
+
+    def group_ep(self, stage: int) -> str:
+        """The communicator of one micro-batch stage (``afd``, ``afd1``, ...),
+        made unique on this process by the world's rendezvous port."""
+        suffix = str(stage) if stage else ""
+        return f"afd{suffix}@{self.config.port}/{self.global_rank}"
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def bind(self, spec: ExchangeSpec) -> None:
+        if spec.dtype != "bfloat16":
+            raise AFDWireError(
+                f"CAMP2pAFDConnector moves bf16 activations (the CAM P2P "
+                f"contract) but this model runs {spec.dtype}: start both roles "
+                "with --dtype bfloat16"
+            )
+        super().bind(spec)
+
+    def init_afd_connector(self) -> None:
+        if self.extra.ops == "ascend":
+            # Before the rendezvous: a rank without its kernels says so at
+            # once instead of after its peers arrived.
+            ensure_cam_p2p_ops_available()
+        super().init_afd_connector()
+
+    def _open_transport(self, world: GlooWorld) -> DataTransport:
+        if self.extra.ops == "ascend":
+            raise CamOpsUnavailable(
+                "CAMP2pAFDConnector with ops 'ascend': the native kernels "
+                "loaded, but the HCCL communicators they run on come with the "
+                "Ascend role workers, which this build does not hold"
+            )
+        reference.ensure_reference_ops()
+        peers = (self.ffn_peer,) if self.is_attention else self.attention_peers
+        cpu = P2pGlooExtraConfig(
+            rendezvous_timeout_s=self.extra.rendezvous_timeout_s,
+            peer_timeout_s=self.extra.peer_timeout_s,
+            transport=self.extra.transport,
+        )
+        transport: DataTransport
+        if choose_shm(cpu, world, peers):
+            transport = ShmTransport(world, peers, cpu, is_ffn=not self.is_attention)
+        else:
+            transport = GlooTransport(world)
+        stages = self.spec.stages if self.spec is not None else 1
+        try:
+            for stage in range(stages):
+                name = self.group_ep(stage)
+                reference.register(
+                    reference.ReferenceCommunicator(
+                        name,
+                        stage,
+                        transport,
+                        self.layout.num_attention,
+                        self.layout.num_ffn,
+                        self.global_rank,
+                        self.extra.max_num_tokens_per_rank,
+                    )
+                )
+                self._communicators.append(name)
+        except BaseException:
+            self._drop_communicators()
+            transport.close()
+            raise
+        return transport
+
+    def _drop_communicators(self) -> None:
+        for name in self._communicators:
+            reference.unregister(name)
+        self._communicators.clear()
+
+    def close(self) -> None:
+        self._drop_communicators()
+        self._handles.clear()
+        super().close()
+
+    # -- the ops --------------------------------------------------------------
+
+    def _sizes(self, stage: int) -> tuple[int, int, int, int, str, int]:
+        assert self.spec is not None
+        return (
+            self.spec.hidden_size,
+            TOPK_UNUSED,
+            self.layout.num_ffn,
+            self.layout.num_attention,
+            self.group_ep(stage),
+            self.extra.aiv_num(self.config.role),
+        )
+
+    def _group_rows(self, layer: int, stage: int) -> int:
+        """Rows every slot of this rank's FFN group moves in ``stage``: one
+        count for the whole group, or a loud refusal."""
+        state = self._state_or_raise(stage)
+        counts = (
+            state.payload.token_counts
+            if not state.payload.is_graph
+            else ((state.payload.max_count,) * len(state.payload.token_counts))
+        )
+        if len(set(counts)) > 1:
+            ranks = ", ".join(
+                f"attention {a}: {n}" for a, n in zip(self.block, counts, strict=True)
+            )
+            raise AFDWireError(
+                f"{self._me()}: {self._where(layer, stage)}: CAMP2pAFDConnector "
+                f"needs equal token counts inside one FFN group, got {ranks} "
+                "(vLLM pads DP token counts only in graph mode; run "
+                "FULL_DECODE_ONLY graphs or one attention rank per FFN rank)"
+            )
+        return counts[0]
+
+    def send_attn_output(
+        self, hidden: torch.Tensor, layer: int, stage: int, **extras: torch.Tensor
+    ) -> None:
+        if extras:
+            raise AFDWireError(
+                "CAMP2pAFDConnector runs the gate on the FFN side: no router "
+                f"logits travel (got {sorted(extras)})"
+            )
+        rows = self._group_rows(layer, stage)
+        if hidden.shape[0] != rows:
+            raise AFDWireError(
+                f"{self._me()}: layer {layer} stage {stage} sends {hidden.shape[0]} "
+                f"tokens but the control payload of step {self.step} announced {rows}"
+            )
+        self._sent[(layer, stage)] = hidden.shape
+        if rows == 0:
+            return  # a stage without tokens moves nothing on either side
+        hidden_size, topk, ffn, attention, group, aiv = self._sizes(stage)
+        out = torch.ops.afd_ascend.a2e(
+            hidden.contiguous(),
+            None,
+            None,
+            rows,
+            hidden_size,
+            topk,
+            ffn,
+            attention,
+            self.global_rank,
+            group,
+            aiv,
+            False,
+        )
+        self._handles[(layer, stage)] = out[3]
+
+    def recv_ffn_output(self, layer: int, stage: int) -> torch.Tensor:
+        shape = self._sent.pop((layer, stage))
+        hidden_size, topk, ffn, attention, group, aiv = self._sizes(stage)
+        placeholder = torch.empty((0, hidden_size), dtype=ACTIVATION_DTYPE)
+        if shape[0] == 0:
+            return placeholder
+        handle = self._handles.pop((layer, stage))
+        return torch.ops.afd_ascend.e2a(
+            placeholder,
+            handle,
+            shape[0],
+            hidden_size,
+            topk,
+            ffn,
+            attention,
+            self.global_rank,
+            group,
+            aiv,
+        )
+
+    def recv_attn_output(
+        self, layer: int, stage: int
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        rows = self._group_rows(layer, stage)
+        hidden_size, topk, ffn, attention, group, aiv = self._sizes(stage)
+        placeholder = torch.empty((0, hidden_size), dtype=ACTIVATION_DTYPE)
+        out = torch.ops.afd_ascend.a2e(
+            placeholder,
+            None,
+            None,
+            rows,
+            hidden_size,
+            topk,
+            ffn,
+            attention,
+            self.global_rank,
+            group,
+            aiv,
+            False,
+        )
+        self._handles[(layer, stage)] = out[3]
+        self._sent[(layer, stage)] = torch.Size((rows,))
+        return out[0], {}
+
+    def send_ffn_output(self, hidden: torch.Tensor, layer: int, stage: int) -> None:
+        rows = self._sent.pop((layer, stage))[0]
+        handle = self._handles.pop((layer, stage))
+        hidden_size, topk, ffn, attention, group, aiv = self._sizes(stage)
+        torch.ops.afd_ascend.e2a(
+            hidden.contiguous(),
+            handle,
+            rows,
+            hidden_size,
+            topk,
+            ffn,
+            attention,
+            self.global_rank,
+            group,
+            aiv,
+        )

@@ -1,0 +1,174 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The CAM P2P operator contract, defined once: the schemas of
+``afd_ascend::a2e`` and ``afd_ascend::e2a`` (torch.library), their shape
+functions, and the loaders of the two implementations.
+
+- **Ascend**: the native library ``afd_plugin._C_ascend`` adds only the NPU
+  (PrivateUse1) kernels of these schemas; ``ensure_cam_p2p_ops_available``
+  loads it from ``init_afd_connector()`` (never at import) and says what to
+  build or install when it cannot (AFD-I3, AFD-I4).
+- **Reference**: ``cam_p2p_reference.py`` registers CPU kernels of the same
+  schemas over the CPU data paths; chosen explicitly (``ops: reference``), CPU
+  only, never a fallback.
+
+Contract (FFN ranks first: FFN r is world rank r, attention a is ``F + a``;
+attention a talks to FFN ``a % F`` in slot ``a // F``):
+
+- ``a2e`` on attention pushes ``x`` (``batch_size`` rows) into its slot at its
+  FFN and returns at once; on FFN it waits for every slot it serves and
+  returns their rows in slot order. Every slot of one FFN group carries
+  ``batch_size`` rows.
+- ``e2a`` on FFN returns slot i's rows to attention ``r + i F``; on attention
+  it waits for them.
+- Both return five tensors (a2e) or one (e2a) on either side; outputs a side
+  does not produce are empty placeholders. bf16 activations; the gate runs on
+  the FFN side (``compute_gate`` false).
+- Each communicator (``group_ep``; one per micro-batch stage) pairs its calls
+  one to one, in order.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+
+import torch
+
+NAMESPACE = "afd_ascend"
+NATIVE_MODULE = "afd_plugin._C_ascend"
+BUILD_SWITCH = "AFD_BUILD_ASCEND_OPS"
+
+A2E_SCHEMA = (
+    "a2e(Tensor x, Tensor? expert_ids, Tensor? scales, int batch_size, "
+    "int hidden_size, int topk, int expert_rank_size, int attention_rank_size, "
+    "int rank, str group_ep, int aiv_num, bool compute_gate) -> Tensor[]"
+)
+E2A_SCHEMA = (
+    "e2a(Tensor expand_x, Tensor atten_batch_size, int batch_size, "
+    "int hidden_size, int topk, int expert_rank_size, int attention_rank_size, "
+    "int rank, str group_ep, int aiv_num) -> Tensor"
+)
+ACTIVATION_DTYPE = torch.bfloat16
+
+
+class CamOpsUnavailable(RuntimeError):
+    """The operators a connector was configured with cannot be used here."""
+
+
+def max_slots(num_attention: int, num_ffn: int) -> int:
+    """Slots of the widest FFN group: ``ceil(A / F)``."""
+    return math.ceil(num_attention / num_ffn)
+
+
+def group_slots(ffn_rank: int, num_attention: int, num_ffn: int) -> int:
+    """Slots FFN rank ``ffn_rank`` serves (one fewer where ``A % F`` ends)."""
+    return len(range(ffn_rank, num_attention, num_ffn))
+
+
+_LIBRARY = torch.library.Library(NAMESPACE, "DEF")
+_LIBRARY.define(A2E_SCHEMA)
+_LIBRARY.define(E2A_SCHEMA)
+
+
+@torch.library.register_fake(f"{NAMESPACE}::a2e")
+def _a2e_shape(
+    x: torch.Tensor,
+    expert_ids: torch.Tensor | None,
+    scales: torch.Tensor | None,
+    batch_size: int,
+    hidden_size: int,
+    topk: int,
+    expert_rank_size: int,
+    attention_rank_size: int,
+    rank: int,
+    group_ep: str,
+    aiv_num: int,
+    compute_gate: bool,
+) -> list[torch.Tensor]:
+    handle = x.new_empty(
+        (max_slots(attention_rank_size, expert_rank_size),), dtype=torch.int32
+    )
+    rows = 0
+    if rank < expert_rank_size:  # FFN
+        rows = batch_size * group_slots(rank, attention_rank_size, expert_rank_size)
+    return [
+        x.new_empty((rows, hidden_size), dtype=ACTIVATION_DTYPE),
+        x.new_empty((rows, topk), dtype=torch.int32),
+        x.new_empty((rows, topk), dtype=torch.float32),
+        handle,
+        x.new_empty((rows,), dtype=torch.bool),
+    ]
+
+
+@torch.library.register_fake(f"{NAMESPACE}::e2a")
+def _e2a_shape(
+    expand_x: torch.Tensor,
+    atten_batch_size: torch.Tensor,
+    batch_size: int,
+    hidden_size: int,
+    topk: int,
+    expert_rank_size: int,
+    attention_rank_size: int,
+    rank: int,
+    group_ep: str,
+    aiv_num: int,
+) -> torch.Tensor:
+    rows = batch_size if rank >= expert_rank_size else 0
+    return expand_x.new_empty((rows, hidden_size), dtype=ACTIVATION_DTYPE)
+
+
+def has_kernel(op: str, dispatch_key: str) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(
+        f"{NAMESPACE}::{op}", dispatch_key
+    )
+
+
+def build_switch() -> bool | None:
+    """``AFD_BUILD_ASCEND_OPS``: True forces the native build, False skips it,
+    None (unset or empty) detects the Ascend toolkit. Anything else is an
+    error naming the allowed values."""
+    raw = os.environ.get(BUILD_SWITCH, "").strip().lower()
+    if raw == "":
+        return None
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(
+        f"{BUILD_SWITCH}={raw!r}: use 1/true/yes/on (build the Ascend ops), "
+        "0/false/no/off (skip them) or leave it empty (detect the toolkit)"
+    )
+
+
+_HOW_TO_BUILD = (
+    f"install torch_npu and CANN, then reinstall afd-plugin with "
+    f"{BUILD_SWITCH}=1 so that {NATIVE_MODULE} is built; on a CPU machine set "
+    "additional_config.afd.connector_extra_config.ops to 'reference'"
+)
+
+
+def ensure_cam_p2p_ops_available() -> None:
+    """Load the native CAM P2P kernels (called by ``init_afd_connector()``);
+    a clear error that says what to build or install when they are absent."""
+    try:
+        importlib.import_module("torch_npu")
+    except ImportError as exc:
+        raise CamOpsUnavailable(
+            f"CAMP2pAFDConnector with ops 'ascend' needs torch_npu, which is not "
+            f"installed ({exc}): {_HOW_TO_BUILD}"
+        ) from None
+    try:
+        importlib.import_module(NATIVE_MODULE)
+    except ImportError as exc:
+        raise CamOpsUnavailable(
+            f"CAMP2pAFDConnector with ops 'ascend' needs {NATIVE_MODULE}, which "
+            f"this build does not hold ({exc}): {_HOW_TO_BUILD}"
+        ) from None
+    missing = [op for op in ("a2e", "e2a") if not has_kernel(op, "PrivateUse1")]
+    if missing:
+        raise CamOpsUnavailable(
+            f"{NATIVE_MODULE} loaded but registers no NPU kernel for "
+            f"{', '.join(f'{NAMESPACE}::{m}' for m in missing)}: rebuild it "
+            f"against this torch_npu ({_HOW_TO_BUILD})"
+        )
