@@ -222,10 +222,7 @@ def raw_op_peers(
 
 
 def a2e(conn: CAMP2pAFDConnector, x: torch.Tensor, rows: int, stage: int = 0):
-    return torch.ops.afd_ascend.a2e(
-        x,
-        None,
-        None,
+    call = cam_p2p_ops.CamCall(
         rows,
         HIDDEN,
         0,
@@ -234,8 +231,8 @@ def a2e(conn: CAMP2pAFDConnector, x: torch.Tensor, rows: int, stage: int = 0):
         conn.global_rank,
         conn.group_ep(stage),
         8,
-        False,
     )
+    return cam_p2p_ops.a2e(x, call)
 
 
 def test_the_reference_a2e_refuses_unequal_rows_in_a_group() -> None:

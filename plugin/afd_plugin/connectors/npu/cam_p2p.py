@@ -28,7 +28,10 @@ from afd_plugin.connectors.gloo_world import GlooWorld
 from afd_plugin.connectors.npu import cam_p2p_reference as reference
 from afd_plugin.connectors.npu.cam_p2p_ops import (
     ACTIVATION_DTYPE,
+    CamCall,
     CamOpsUnavailable,
+    a2e,
+    e2a,
     ensure_cam_p2p_ops_available,
 )
 from afd_plugin.connectors.npu.schema import CAMP2pExtraConfig
@@ -37,6 +40,7 @@ from afd_plugin.connectors.p2p_base import (
     GlooTransport,
     P2pAFDConnectorBase,
 )
+from afd_plugin.step_protocol import stage_rows
 from afd_plugin.topology import strided_ffn_rank, strided_group
 from afd_plugin.wire import AFDWireError
 
@@ -145,26 +149,41 @@ class CAMP2pAFDConnector(P2pAFDConnectorBase):
 
     # -- the ops --------------------------------------------------------------
 
-    def _sizes(self, stage: int) -> tuple[int, int, int, int, str, int]:
+    def _call(self, rows: int, stage: int) -> CamCall:
+        """The op arguments of ``rows`` per slot in ``stage``."""
         assert self.spec is not None
-        return (
+        return CamCall(
+            rows,
             self.spec.hidden_size,
             TOPK_UNUSED,
             self.layout.num_ffn,
             self.layout.num_attention,
+            self.global_rank,
             self.group_ep(stage),
             self.extra.aiv_num(self.config.role),
         )
 
+    def _placeholder(self) -> torch.Tensor:
+        """The input of an op on the side that has none (empty)."""
+        assert self.spec is not None
+        return torch.empty((0, self.spec.hidden_size), dtype=ACTIVATION_DTYPE)
+
+    def _a2e(self, x: torch.Tensor, rows: int, layer: int, stage: int) -> torch.Tensor:
+        """a2e of ``rows`` per slot: keeps the handle for the ``e2a`` of the
+        same layer and stage; returns the gathered rows (empty on attention)."""
+        out = a2e(x, self._call(rows, stage))
+        self._handles[(layer, stage)] = out[3]
+        return out[0]
+
+    def _e2a(self, x: torch.Tensor, rows: int, layer: int, stage: int) -> torch.Tensor:
+        """e2a of ``rows`` per slot with the handle of the matching ``_a2e``."""
+        handle = self._handles.pop((layer, stage))
+        return e2a(x, handle, self._call(rows, stage))
+
     def _group_rows(self, layer: int, stage: int) -> int:
         """Rows every slot of this rank's FFN group moves in ``stage``: one
         count for the whole group, or a loud refusal."""
-        state = self._state_or_raise(stage)
-        counts = (
-            state.payload.token_counts
-            if not state.payload.is_graph
-            else ((state.payload.max_count,) * len(state.payload.token_counts))
-        )
+        counts = stage_rows(self._state_or_raise(stage).payload)
         if len(set(counts)) > 1:
             ranks = ", ".join(
                 f"attention {a}: {n}" for a, n in zip(self.block, counts, strict=True)
@@ -194,80 +213,22 @@ class CAMP2pAFDConnector(P2pAFDConnectorBase):
         self._sent[(layer, stage)] = hidden.shape
         if rows == 0:
             return  # a stage without tokens moves nothing on either side
-        hidden_size, topk, ffn, attention, group, aiv = self._sizes(stage)
-        out = torch.ops.afd_ascend.a2e(
-            hidden.contiguous(),
-            None,
-            None,
-            rows,
-            hidden_size,
-            topk,
-            ffn,
-            attention,
-            self.global_rank,
-            group,
-            aiv,
-            False,
-        )
-        self._handles[(layer, stage)] = out[3]
+        self._a2e(hidden.contiguous(), rows, layer, stage)
 
     def recv_ffn_output(self, layer: int, stage: int) -> torch.Tensor:
-        shape = self._sent.pop((layer, stage))
-        hidden_size, topk, ffn, attention, group, aiv = self._sizes(stage)
-        placeholder = torch.empty((0, hidden_size), dtype=ACTIVATION_DTYPE)
-        if shape[0] == 0:
-            return placeholder
-        handle = self._handles.pop((layer, stage))
-        return torch.ops.afd_ascend.e2a(
-            placeholder,
-            handle,
-            shape[0],
-            hidden_size,
-            topk,
-            ffn,
-            attention,
-            self.global_rank,
-            group,
-            aiv,
-        )
+        rows = self._sent.pop((layer, stage))[0]
+        if rows == 0:
+            return self._placeholder()  # nothing was pushed, nothing comes back
+        return self._e2a(self._placeholder(), rows, layer, stage)
 
     def recv_attn_output(
         self, layer: int, stage: int
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         rows = self._group_rows(layer, stage)
-        hidden_size, topk, ffn, attention, group, aiv = self._sizes(stage)
-        placeholder = torch.empty((0, hidden_size), dtype=ACTIVATION_DTYPE)
-        out = torch.ops.afd_ascend.a2e(
-            placeholder,
-            None,
-            None,
-            rows,
-            hidden_size,
-            topk,
-            ffn,
-            attention,
-            self.global_rank,
-            group,
-            aiv,
-            False,
-        )
-        self._handles[(layer, stage)] = out[3]
+        gathered = self._a2e(self._placeholder(), rows, layer, stage)
         self._sent[(layer, stage)] = torch.Size((rows,))
-        return out[0], {}
+        return gathered, {}
 
     def send_ffn_output(self, hidden: torch.Tensor, layer: int, stage: int) -> None:
         rows = self._sent.pop((layer, stage))[0]
-        handle = self._handles.pop((layer, stage))
-        hidden_size, topk, ffn, attention, group, aiv = self._sizes(stage)
-        torch.ops.afd_ascend.e2a(
-            hidden.contiguous(),
-            handle,
-            rows,
-            hidden_size,
-            topk,
-            ffn,
-            attention,
-            self.global_rank,
-            group,
-            aiv,
-        )
+        self._e2a(hidden.contiguous(), rows, layer, stage)

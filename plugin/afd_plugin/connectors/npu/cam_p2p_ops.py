@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The CAM P2P operator contract, defined once: the schemas of
-``afd_ascend::a2e`` and ``afd_ascend::e2a`` (torch.library), their shape
-functions, and the loaders of the two implementations.
+``afd_ascend::a2e`` and ``afd_ascend::e2a`` (torch.library) and the arguments
+they share (``CamCall``), their shape functions, and the loaders of the two
+implementations.
 
 - **Ascend**: the native library ``afd_plugin._C_ascend`` adds only the NPU
   (PrivateUse1) kernels of these schemas; ``ensure_cam_p2p_ops_available``
@@ -32,23 +33,14 @@ from __future__ import annotations
 import importlib
 import math
 import os
+from collections.abc import Callable
+from dataclasses import astuple, dataclass, fields
 
 import torch
 
 NAMESPACE = "afd_ascend"
 NATIVE_MODULE = "afd_plugin._C_ascend"
 BUILD_SWITCH = "AFD_BUILD_ASCEND_OPS"
-
-A2E_SCHEMA = (
-    "a2e(Tensor x, Tensor? expert_ids, Tensor? scales, int batch_size, "
-    "int hidden_size, int topk, int expert_rank_size, int attention_rank_size, "
-    "int rank, str group_ep, int aiv_num, bool compute_gate) -> Tensor[]"
-)
-E2A_SCHEMA = (
-    "e2a(Tensor expand_x, Tensor atten_batch_size, int batch_size, "
-    "int hidden_size, int topk, int expert_rank_size, int attention_rank_size, "
-    "int rank, str group_ep, int aiv_num) -> Tensor"
-)
 ACTIVATION_DTYPE = torch.bfloat16
 
 
@@ -66,56 +58,128 @@ def group_slots(ffn_rank: int, num_attention: int, num_ffn: int) -> int:
     return len(range(ffn_rank, num_attention, num_ffn))
 
 
+@dataclass(frozen=True)
+class CamCall:
+    """The arguments ``a2e`` and ``e2a`` share, in schema order: their one
+    definition (the schemas are written from these fields, whose annotations
+    are the schema types; kernels and callers take them as one object)."""
+
+    batch_size: int
+    """Rows per slot."""
+    hidden_size: int
+    topk: int
+    expert_rank_size: int
+    """FFN ranks (``F``)."""
+    attention_rank_size: int
+    """Attention ranks (``A``)."""
+    rank: int
+    """The caller's world rank (FFN ranks first)."""
+    group_ep: str
+    """The communicator: one per micro-batch stage."""
+    aiv_num: int
+    """Vector cores the kernel may use."""
+
+    @property
+    def is_ffn(self) -> bool:
+        return self.rank < self.expert_rank_size
+
+    @property
+    def slots(self) -> int:
+        """Length of the handle: the slots of the widest FFN group."""
+        return max_slots(self.attention_rank_size, self.expert_rank_size)
+
+    @property
+    def gathered_rows(self) -> int:
+        """FFN side: the rows ``a2e`` gathers and ``e2a`` takes back (every
+        slot of this rank's group, ``batch_size`` each)."""
+        return self.batch_size * group_slots(
+            self.rank, self.attention_rank_size, self.expert_rank_size
+        )
+
+
+_CALL_ARGS = ", ".join(f"{f.type} {f.name}" for f in fields(CamCall))
+A2E_SCHEMA = (
+    f"a2e(Tensor x, Tensor? expert_ids, Tensor? scales, {_CALL_ARGS}, "
+    "bool compute_gate) -> Tensor[]"
+)
+E2A_SCHEMA = f"e2a(Tensor expand_x, Tensor atten_batch_size, {_CALL_ARGS}) -> Tensor"
+
+A2eKernel = Callable[
+    [torch.Tensor, torch.Tensor | None, torch.Tensor | None, CamCall, bool],
+    list[torch.Tensor],
+]
+E2aKernel = Callable[[torch.Tensor, torch.Tensor, CamCall], torch.Tensor]
+
+
+def a2e_kernel(fn: A2eKernel) -> Callable[..., list[torch.Tensor]]:
+    """``fn(x, expert_ids, scales, call, compute_gate)`` as a kernel of
+    ``A2E_SCHEMA`` (which passes the arguments flat)."""
+
+    def kernel(
+        x: torch.Tensor,
+        expert_ids: torch.Tensor | None,
+        scales: torch.Tensor | None,
+        *args: int | str | bool,
+    ) -> list[torch.Tensor]:
+        *call, compute_gate = args
+        return fn(x, expert_ids, scales, CamCall(*call), bool(compute_gate))
+
+    return kernel
+
+
+def e2a_kernel(fn: E2aKernel) -> Callable[..., torch.Tensor]:
+    """``fn(expand_x, atten_batch_size, call)`` as a kernel of ``E2A_SCHEMA``."""
+
+    def kernel(
+        expand_x: torch.Tensor, atten_batch_size: torch.Tensor, *call: int | str
+    ) -> torch.Tensor:
+        return fn(expand_x, atten_batch_size, CamCall(*call))
+
+    return kernel
+
+
+def a2e(x: torch.Tensor, call: CamCall) -> list[torch.Tensor]:
+    """``afd_ascend::a2e`` with the gate on the FFN side (no expert ids or
+    scales, ``compute_gate`` false)."""
+    return torch.ops.afd_ascend.a2e(x, None, None, *astuple(call), False)
+
+
+def e2a(expand_x: torch.Tensor, handle: torch.Tensor, call: CamCall) -> torch.Tensor:
+    """``afd_ascend::e2a``: ``handle`` is the one ``a2e`` returned."""
+    return torch.ops.afd_ascend.e2a(expand_x, handle, *astuple(call))
+
+
 _LIBRARY = torch.library.Library(NAMESPACE, "DEF")
 _LIBRARY.define(A2E_SCHEMA)
 _LIBRARY.define(E2A_SCHEMA)
 
 
 @torch.library.register_fake(f"{NAMESPACE}::a2e")
+@a2e_kernel
 def _a2e_shape(
     x: torch.Tensor,
     expert_ids: torch.Tensor | None,
     scales: torch.Tensor | None,
-    batch_size: int,
-    hidden_size: int,
-    topk: int,
-    expert_rank_size: int,
-    attention_rank_size: int,
-    rank: int,
-    group_ep: str,
-    aiv_num: int,
+    call: CamCall,
     compute_gate: bool,
 ) -> list[torch.Tensor]:
-    handle = x.new_empty(
-        (max_slots(attention_rank_size, expert_rank_size),), dtype=torch.int32
-    )
-    rows = 0
-    if rank < expert_rank_size:  # FFN
-        rows = batch_size * group_slots(rank, attention_rank_size, expert_rank_size)
+    rows = call.gathered_rows if call.is_ffn else 0
     return [
-        x.new_empty((rows, hidden_size), dtype=ACTIVATION_DTYPE),
-        x.new_empty((rows, topk), dtype=torch.int32),
-        x.new_empty((rows, topk), dtype=torch.float32),
-        handle,
+        x.new_empty((rows, call.hidden_size), dtype=ACTIVATION_DTYPE),
+        x.new_empty((rows, call.topk), dtype=torch.int32),
+        x.new_empty((rows, call.topk), dtype=torch.float32),
+        x.new_empty((call.slots,), dtype=torch.int32),
         x.new_empty((rows,), dtype=torch.bool),
     ]
 
 
 @torch.library.register_fake(f"{NAMESPACE}::e2a")
+@e2a_kernel
 def _e2a_shape(
-    expand_x: torch.Tensor,
-    atten_batch_size: torch.Tensor,
-    batch_size: int,
-    hidden_size: int,
-    topk: int,
-    expert_rank_size: int,
-    attention_rank_size: int,
-    rank: int,
-    group_ep: str,
-    aiv_num: int,
+    expand_x: torch.Tensor, atten_batch_size: torch.Tensor, call: CamCall
 ) -> torch.Tensor:
-    rows = batch_size if rank >= expert_rank_size else 0
-    return expand_x.new_empty((rows, hidden_size), dtype=ACTIVATION_DTYPE)
+    rows = 0 if call.is_ffn else call.batch_size
+    return expand_x.new_empty((rows, call.hidden_size), dtype=ACTIVATION_DTYPE)
 
 
 def has_kernel(op: str, dispatch_key: str) -> bool:

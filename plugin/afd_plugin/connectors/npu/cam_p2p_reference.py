@@ -22,8 +22,9 @@ import torch
 from afd_plugin.connectors.npu.cam_p2p_ops import (
     ACTIVATION_DTYPE,
     NAMESPACE,
-    group_slots,
-    max_slots,
+    CamCall,
+    a2e_kernel,
+    e2a_kernel,
 )
 from afd_plugin.connectors.p2p_base import DataTransport
 from afd_plugin.wire import AFDWireError
@@ -77,15 +78,19 @@ class ReferenceCommunicator:
 
     # -- checks -------------------------------------------------------------
 
-    def check_call(
-        self,
-        op: str,
-        hidden_size: int,
-        batch_size: int,
-        ffn: int,
-        attention: int,
-        rank: int,
-    ) -> None:
+    def check_call(self, op: str, call: CamCall, gated: bool = False) -> None:
+        """What every call must agree on; ``gated``: an a2e that asks for the
+        gate on the attention side."""
+        if gated:
+            raise CamContractError(
+                f"{self.me}: the CAM P2P ops run the gate on the FFN side "
+                "(compute_gate false, no expert ids or scales)"
+            )
+        ffn, attention, rank = (
+            call.expert_rank_size,
+            call.attention_rank_size,
+            call.rank,
+        )
         if (ffn, attention, rank) != (
             self.num_ffn,
             self.num_attention,
@@ -97,10 +102,10 @@ class ReferenceCommunicator:
                 f"was built for {self.num_ffn}, {self.num_attention}, "
                 f"{self.global_rank}"
             )
-        if not 0 <= batch_size <= self.max_rows:
+        if not 0 <= call.batch_size <= self.max_rows:
             raise CamContractError(
-                f"{self.me}: {op} of {batch_size} rows per slot overflows the "
-                f"window of {self.max_rows} rows (max_num_tokens_per_rank)"
+                f"{self.me}: {op} of {call.batch_size} rows per slot overflows "
+                f"the window of {self.max_rows} rows (max_num_tokens_per_rank)"
             )
 
     def _next_call(self, op: int) -> int:
@@ -156,10 +161,14 @@ class ReferenceCommunicator:
 
     # -- a2e ------------------------------------------------------------------
 
-    def a2e(
-        self, x: torch.Tensor, batch_size: int, hidden_size: int, topk: int
-    ) -> list[torch.Tensor]:
-        slots = max_slots(self.num_attention, self.num_ffn)
+    def a2e(self, x: torch.Tensor, checked: CamCall) -> list[torch.Tensor]:
+        """``checked``: a call ``check_call`` passed."""
+        batch_size, hidden_size, topk = (
+            checked.batch_size,
+            checked.hidden_size,
+            checked.topk,
+        )
+        slots = checked.slots
         call = self._next_call(A2E)
         if not self.is_ffn:
             if (
@@ -207,18 +216,14 @@ class ReferenceCommunicator:
     # -- e2a ------------------------------------------------------------------
 
     def e2a(
-        self,
-        expand_x: torch.Tensor,
-        handle: torch.Tensor,
-        batch_size: int,
-        hidden_size: int,
+        self, expand_x: torch.Tensor, handle: torch.Tensor, checked: CamCall
     ) -> torch.Tensor:
+        """``checked``: a call ``check_call`` passed."""
+        batch_size, hidden_size = checked.batch_size, checked.hidden_size
         call = self._next_call(E2A)
         if self.is_ffn:
             peers = self.slot_peers()
-            expected = batch_size * group_slots(
-                self.global_rank, self.num_attention, self.num_ffn
-            )
+            expected = checked.gathered_rows
             if tuple(expand_x.shape) != (expected, hidden_size):
                 raise CamContractError(
                     f"{self.me}: e2a takes the ({expected}, {hidden_size}) rows a2e "
@@ -266,49 +271,30 @@ def _communicator(group_ep: str) -> ReferenceCommunicator:
         ) from None
 
 
+def _checked(op: str, call: CamCall, gated: bool = False) -> ReferenceCommunicator:
+    """The communicator of ``call``, once the call passed its checks."""
+    comm = _communicator(call.group_ep)
+    comm.check_call(op, call, gated)
+    return comm
+
+
+@a2e_kernel
 def _a2e_cpu(
     x: torch.Tensor,
     expert_ids: torch.Tensor | None,
     scales: torch.Tensor | None,
-    batch_size: int,
-    hidden_size: int,
-    topk: int,
-    expert_rank_size: int,
-    attention_rank_size: int,
-    rank: int,
-    group_ep: str,
-    aiv_num: int,
+    call: CamCall,
     compute_gate: bool,
 ) -> list[torch.Tensor]:
-    comm = _communicator(group_ep)
-    if compute_gate or expert_ids is not None or scales is not None:
-        raise CamContractError(
-            f"{comm.me}: the CAM P2P ops run the gate on the FFN side "
-            "(compute_gate false, no expert ids or scales)"
-        )
-    comm.check_call(
-        "a2e", hidden_size, batch_size, expert_rank_size, attention_rank_size, rank
-    )
-    return comm.a2e(x, batch_size, hidden_size, topk)
+    gated = compute_gate or expert_ids is not None or scales is not None
+    return _checked("a2e", call, gated).a2e(x, call)
 
 
+@e2a_kernel
 def _e2a_cpu(
-    expand_x: torch.Tensor,
-    atten_batch_size: torch.Tensor,
-    batch_size: int,
-    hidden_size: int,
-    topk: int,
-    expert_rank_size: int,
-    attention_rank_size: int,
-    rank: int,
-    group_ep: str,
-    aiv_num: int,
+    expand_x: torch.Tensor, atten_batch_size: torch.Tensor, call: CamCall
 ) -> torch.Tensor:
-    comm = _communicator(group_ep)
-    comm.check_call(
-        "e2a", hidden_size, batch_size, expert_rank_size, attention_rank_size, rank
-    )
-    return comm.e2a(expand_x, atten_batch_size, batch_size, hidden_size)
+    return _checked("e2a", call).e2a(expand_x, atten_batch_size, call)
 
 
 def ensure_reference_ops() -> None:
