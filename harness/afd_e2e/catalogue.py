@@ -64,7 +64,7 @@ class Catalogue:
             loaded = resolve(src, sources)
             cat.loaded[src.id] = loaded
             own[src.id] = check_scenario(loaded)
-        for sid, errors in own.items():
+        for sid, errors in list(own.items()):
             parent = cat.loaded[sid].parent
             if parent is not None:
                 if parent.id not in own:  # validate the parent once, for its errors

@@ -50,8 +50,19 @@ def cpu_threads(scenario: Scenario, role: str, cpus: int) -> int:
     per_rank = cpu_share(cpus, afd_ranks)
     if role == "baseline":
         total = min(cpus, per_rank * afd_ranks)
-        return cpu_share(total, scenario.topology.attention.ranks)
+        return cpu_share(total, baseline_topology(scenario).ranks)
     return per_rank
+
+
+def baseline_topology(scenario: Scenario) -> RoleTopology:
+    """The colocated reference's layout: the attention role's, except that on
+    the CPU it runs one DP rank. vLLM's CPU communicator has no all_gatherv,
+    so a colocated MoE model with DP > 1 fails in its first MoE dispatch;
+    one DP rank yields the same greedy tokens."""
+    topo = scenario.topology.attention
+    if scenario.backend == "cpu" and topo.dp > 1:
+        return topo.model_copy(update={"dp": 1})
+    return topo
 
 
 @dataclass(frozen=True)
@@ -225,7 +236,12 @@ def build_plan(
     if scenario.afd and (scenario.checks.parity is not None or baseline):
         roles.insert(0, "baseline")  # the colocated reference
     for role in roles:
-        topo = scenario.topology.ffn if role == "ffn" else scenario.topology.attention
+        if role == "baseline":
+            topo = baseline_topology(scenario)
+        else:
+            topo = (
+                scenario.topology.ffn if role == "ffn" else scenario.topology.attention
+            )
         assert topo is not None
         api_port = next_api if next_api is not None else free_port()
         if next_api is not None:

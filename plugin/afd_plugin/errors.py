@@ -99,9 +99,7 @@ def from_pydantic(
 ) -> list[FieldError]:
     """Turn pydantic's errors (an exception or its error entries) into field
     errors with our paths and wording."""
-    entries = (
-        exc.errors(include_url=False) if isinstance(exc, ValidationError) else exc
-    )
+    entries = exc.errors(include_url=False) if isinstance(exc, ValidationError) else exc
     return [
         FieldError(join_path(prefix, err["loc"]), pydantic_message(err, allowed_fields))
         for err in entries

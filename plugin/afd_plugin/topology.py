@@ -3,7 +3,9 @@
 
 Pure functions: FFN ranks come first in the AFD world, attention ranks follow;
 attention ranks are spread over FFN ranks in contiguous, balanced blocks
-(the CAM P2P connector strides them instead: ``strided_group``).
+(the CAM P2P connector strides them instead: ``strided_group``). The CAM
+async connector puts attention ranks first and lets every attention rank reach
+every FFN rank, which owns a contiguous block of experts (``expert_block``).
 """
 
 from __future__ import annotations
@@ -71,15 +73,55 @@ def strided_ffn_rank(attention_rank: int, num_attention: int, num_ffn: int) -> i
     return attention_rank % num_ffn
 
 
+def expert_block(ffn_rank: int, num_experts: int, num_ffn: int) -> range:
+    """Routed experts one FFN rank owns in the CAM async layout: ``ceil(E/F)``
+    contiguous experts each, the last rank(s) fewer (possibly none)."""
+    if num_experts < 1 or num_ffn < 1:
+        raise ValueError(
+            f"need num_experts >= 1 and num_ffn_ranks >= 1, got {num_experts} "
+            f"experts and {num_ffn} FFN ranks"
+        )
+    if not 0 <= ffn_rank < num_ffn:
+        raise ValueError(f"ffn_rank {ffn_rank} outside [0, {num_ffn})")
+    per_rank = -(-num_experts // num_ffn)
+    start = min(ffn_rank * per_rank, num_experts)
+    return range(start, min(start + per_rank, num_experts))
+
+
+def home_ffn_rank(attention_rank: int, num_ffn: int) -> int:
+    """CAM async: the FFN rank that runs an attention rank's dense and shared
+    parts (every FFN rank runs the routed experts it owns)."""
+    if attention_rank < 0 or num_ffn < 1:
+        raise ValueError(f"bad attention rank {attention_rank} / {num_ffn} FFN ranks")
+    return attention_rank % num_ffn
+
+
 @dataclass(frozen=True)
 class WorldLayout:
-    """Global ranks of one AFD world: ``[ffn 0..F-1, attention 0..A-1]``."""
+    """Global ranks of one AFD world: ``[ffn 0..F-1, attention 0..A-1]``, or
+    with ``attention_first`` ``[attention 0..A-1, ffn 0..F-1]`` (CAM async,
+    where any positive sizes pair: every attention rank reaches every FFN
+    rank)."""
 
     num_attention: int
     num_ffn: int
+    attention_first: bool = False
 
     def __post_init__(self) -> None:
-        _check_counts(self.num_attention, self.num_ffn)
+        if not self.attention_first:
+            _check_counts(self.num_attention, self.num_ffn)
+        elif self.num_attention < 1 or self.num_ffn < 1:
+            raise ValueError(
+                f"need num_attention_ranks >= 1 and num_ffn_ranks >= 1, got "
+                f"{self.num_attention} attention and {self.num_ffn} FFN ranks"
+            )
+
+    @property
+    def _offsets(self) -> tuple[int, int]:
+        """(first attention rank, first FFN rank) in the world."""
+        if self.attention_first:
+            return 0, self.num_attention
+        return self.num_ffn, 0
 
     @property
     def world_size(self) -> int:
@@ -89,13 +131,13 @@ class WorldLayout:
         if role == "ffn":
             if not 0 <= rank < self.num_ffn:
                 raise ValueError(f"ffn rank {rank} outside [0, {self.num_ffn})")
-            return rank
+            return self._offsets[1] + rank
         if role == "attention":
             if not 0 <= rank < self.num_attention:
                 raise ValueError(
                     f"attention rank {rank} outside [0, {self.num_attention})"
                 )
-            return self.num_ffn + rank
+            return self._offsets[0] + rank
         raise ValueError(f"role must be 'attention' or 'ffn', got {role!r}")
 
     def role_of(self, global_rank: int) -> tuple[str, int]:
@@ -103,9 +145,10 @@ class WorldLayout:
             raise ValueError(
                 f"global rank {global_rank} outside [0, {self.world_size})"
             )
-        if global_rank < self.num_ffn:
-            return ("ffn", global_rank)
-        return ("attention", global_rank - self.num_ffn)
+        first_attention, first_ffn = self._offsets
+        if first_ffn <= global_rank < first_ffn + self.num_ffn:
+            return ("ffn", global_rank - first_ffn)
+        return ("attention", global_rank - first_attention)
 
     def peer_of(self, role: str, rank: int) -> int:
         """Global rank of the FFN peer of an attention rank (as seen by it)."""

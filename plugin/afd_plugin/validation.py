@@ -150,9 +150,17 @@ def _check_connector(cfg: AFDConfig, dep: Deployment, errors: list[FieldError]) 
                 f"{AFD}.connector_extra_config.compute_gate_on_attention",
                 "must be false for CAMP2pAFDConnector (CAM P2P operator contract)",
             )
-    if cfg.connector == "CAMAsyncAFDConnector" and not gate:
-        why = " (async_moe_ubatching is on)" if extra.async_moe_ubatching else ""
-        _e(errors, gate_path, f"must be true for CAMAsyncAFDConnector{why}")
+    if cfg.connector == "CAMAsyncAFDConnector":
+        if not gate:
+            why = " (async_moe_ubatching is on)" if extra.async_moe_ubatching else ""
+            _e(errors, gate_path, f"must be true for CAMAsyncAFDConnector{why}")
+        if cfg.is_attention and extra.attn_ranks_per_dp != dep.tp:
+            _e(
+                errors,
+                f"{AFD}.connector_extra_config.attn_ranks_per_dp",
+                f"must equal the attention role's TP size ({dep.tp}), got "
+                f"{extra.attn_ranks_per_dp}",
+            )
     return spec.has_control_plane
 
 
@@ -198,7 +206,8 @@ def _check_ranks(cfg: AFDConfig, dep: Deployment, errors: list[FieldError]) -> N
             f"must equal this {cfg.role} role's DP x TP x PP = "
             f"{dep.dp} x {dep.tp} x {dep.pp} = {dep.role_size}, got {cfg.role_ranks}",
         )
-    if cfg.num_attention_ranks < cfg.num_ffn_ranks:
+    spec = AFDConnectorFactory.get_spec(cfg.connector)
+    if cfg.num_attention_ranks < cfg.num_ffn_ranks and not spec.any_ratio:
         _e(
             errors,
             f"{AFD}.num_attention_ranks",

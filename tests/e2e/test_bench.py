@@ -54,8 +54,9 @@ def test_bench_measures_both_deployments_with_one_workload(
             assert served["output_throughput"] > 0
     assert all(r > 0 for r in saved["ratio_output_throughput"].values())
     short = json.loads((run_dir / "bench-summary.json").read_text())
-    assert short["by_concurrency"]["4"]["ratio_output_throughput"] == (
-        saved["ratio_output_throughput"]["4"]
+    assert (
+        short["by_concurrency"]["4"]["ratio_output_throughput"]
+        == (saved["ratio_output_throughput"]["4"])
     )
     # The AFD phase really ran AFD: its attention rank met its FFN rank.
     attention_log = (run_dir / "afd" / "attention-0.log").read_text(errors="replace")

@@ -25,11 +25,19 @@ FAIL_FAST_S = 30.0
 EXIT_WITHIN_S = 240.0
 
 
-def test_ffn_killed_mid_generation_fails_attention_fast(
-    servers: VllmServers, deepseek_v2: Path
-) -> None:
-    ffn, attention = servers.afd_pair(deepseek_v2)
-    attention.wait_ready()
+CAM_ASYNC = {
+    "connector": "CAMAsyncAFDConnector",
+    "compute_gate_on_attention": True,
+    "connector_extra_config": {
+        "ops": "reference",
+        "max_num_tokens_per_rank": 8192,
+        "rendezvous_timeout_s": 300.0,
+    },
+}
+
+
+def generating(attention: VllmServer) -> tuple[threading.Thread, dict[str, object]]:
+    """A client generating long completions on ``attention`` (started)."""
     outcome: dict[str, object] = {}
 
     def generate() -> None:
@@ -41,6 +49,17 @@ def test_ffn_killed_mid_generation_fails_attention_fast(
     client = threading.Thread(target=generate)
     client.start()
     time.sleep(2.0)  # the FFN is serving decode steps now
+    return client, outcome
+
+
+@pytest.mark.parametrize("driver", ["control-plane", "connector-driven"])
+def test_ffn_killed_mid_generation_fails_attention_fast(
+    driver: str, servers: VllmServers, deepseek_v2: Path
+) -> None:
+    afd = CAM_ASYNC if driver == "connector-driven" else {}
+    ffn, attention = servers.afd_pair(deepseek_v2, **afd)
+    attention.wait_ready()
+    client, outcome = generating(attention)
     os.killpg(ffn.pgid, signal.SIGKILL)
     killed = time.monotonic()
     client.join(FAIL_FAST_S)
@@ -54,7 +73,33 @@ def test_ffn_killed_mid_generation_fails_attention_fast(
     assert "with ffn rank 0 (pid" in log
     assert "AFD rendezvous 127.0.0.1:" in log
     assert "the connection to the peer is lost" in log
-    assert " of step " in log or "(step " in log  # the step (and layer) it hit
+    if driver == "control-plane":
+        assert " of step " in log or "(step " in log  # the step (and layer) it hit
+    else:
+        assert "the combine of dispatch " in log and "(layer " in log
+
+
+def test_attention_killed_mid_generation_fails_the_connector_driven_ffn_fast(
+    servers: VllmServers, deepseek_v2: Path
+) -> None:
+    """No control plane: the FFN waits on each attention rank for its next
+    dispatch, so a killed attention rank ends the FFN at once, named."""
+    ffn, attention = servers.afd_pair(deepseek_v2, **CAM_ASYNC)
+    attention.wait_ready()
+    client, _ = generating(attention)
+    os.killpg(attention.pgid, signal.SIGKILL)
+    killed = time.monotonic()
+    client.join(FAIL_FAST_S)
+    assert not client.is_alive(), "the client hung after the attention server died"
+    code = ffn.wait_exit(FAIL_FAST_S)
+    assert code is not None, "the FFN server is still up without its attention rank"
+    assert time.monotonic() - killed < FAIL_FAST_S
+    log = ffn.log_text()
+    assert "FFN daemon stops: AFD ffn rank 0 failed receiving dispatch" in log, (
+        ffn.log_tail()
+    )
+    assert "with attention rank 0 (pid" in log
+    assert "the connection to the peer is lost" in log
 
 
 def test_ffn_server_answers_health_but_refuses_requests(

@@ -70,8 +70,19 @@ def processes_with_marker(run_id: str) -> list[int]:
     return found
 
 
+CONNECTOR_DRIVEN = {"cpu-eager-1a1f-camasync", "cpu-eager-2a1f-camasync"}
+
+
 @pytest.mark.parametrize(
-    "scenario", ["cpu-eager-1a1f", "cpu-eager-1a1f-qwen3", "cpu-eager-1a1f-camp2p"]
+    "scenario",
+    [
+        "cpu-eager-1a1f",
+        "cpu-eager-1a1f-qwen3",
+        "cpu-eager-1a1f-camp2p",
+        "cpu-eager-2a1f",
+        "cpu-eager-1a1f-camasync",
+        "cpu-eager-2a1f-camasync",
+    ],
 )
 def test_main_job_passes_parity_and_gsm8k_agreement(
     scenario: str, tmp_path: Path, tiny_model_root: Path
@@ -106,6 +117,20 @@ def test_main_job_passes_parity_and_gsm8k_agreement(
     # The FFN log shows that it served the steps, the summary table was printed.
     ffn_log = (tmp_path / "run" / "ffn-0.log").read_text(errors="replace")
     assert "FFN daemon serving" in ffn_log
+    if scenario in CONNECTOR_DRIVEN:
+        # AFD-I2: no control plane; the FFN served dispatches as they came.
+        assert "serving the dispatches of any attention rank" in ffn_log
+        first = "served its first dispatch from attention rank {}, stage {}"
+        if scenario == "cpu-eager-2a1f-camasync":
+            # Both DP ranks, each MoE call in two dispatches (async ubatching).
+            for source in (0, 1):
+                for stage in (0, 1):
+                    assert first.format(source, stage) in ffn_log
+        else:
+            assert first.format(0, 0) in ffn_log
+            assert first.format(0, 1) not in ffn_log
+    else:
+        assert "the steps its control plane announces" in ffn_log
     assert "parity" in stderr and "PASS" in stderr
     assert (tmp_path / "run" / "junit.xml").exists()
 

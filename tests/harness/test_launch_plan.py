@@ -11,7 +11,7 @@ from lint_repo import ROOT
 
 from afd_e2e.catalogue import Catalogue
 from afd_e2e.cli import main
-from afd_e2e.launch import build_plan
+from afd_e2e.launch import baseline_topology, build_plan
 from afd_plugin.config import parse_afd_config
 
 CATALOGUE = Catalogue.load(ROOT)
@@ -51,11 +51,12 @@ def test_dry_run_plan(scenario_id: str, tmp_path: Path, capsys) -> None:
         assert argv[argv.index("--host") + 1] == "127.0.0.1"
         assert env["AFD_E2E_RUN_ID"] == plan["run_id"]
         assert env["AFD_E2E_PROCESS_ROLE"] == f"{role['role']}:{role['rank']}"
-        topo = (
-            scenario.topology.ffn
-            if role["role"] == "ffn"
-            else scenario.topology.attention
-        )
+        if role["role"] == "baseline":
+            topo = baseline_topology(scenario)
+        elif role["role"] == "ffn":
+            topo = scenario.topology.ffn
+        else:
+            topo = scenario.topology.attention
         assert argv[argv.index("--data-parallel-size") + 1] == str(topo.dp)
         device_env = {
             "cuda": "CUDA_VISIBLE_DEVICES",
@@ -140,6 +141,25 @@ def test_two_micro_batches_reach_both_cpu_roles_as_the_afd_field(
     }
 
 
+def test_the_cpu_baseline_of_an_attention_dp_scenario_runs_one_dp_rank(
+    tmp_path: Path,
+) -> None:
+    """vLLM's CPU communicator cannot run a colocated MoE model with DP > 1:
+    the colocated reference of cpu-eager-2a1f runs DP1 (same greedy tokens);
+    the AFD attention role keeps its DP2."""
+    plan = build_plan(
+        "cpu-eager-2a1f",
+        CATALOGUE.get("cpu-eager-2a1f"),
+        model_root=tmp_path,
+        run_dir=tmp_path / "run",
+        baseline=True,
+    )
+    dp = {r.role: r.argv[r.argv.index("--data-parallel-size") + 1] for r in plan.roles}
+    assert dp == {"baseline": "1", "ffn": "1", "attention": "2"}
+    cuda = CATALOGUE.get("afd-eager-2a1f")
+    assert baseline_topology(cuda) == cuda.topology.attention
+
+
 @pytest.mark.parametrize(
     ("scenario_id", "cpus", "expected"),
     [
@@ -147,8 +167,9 @@ def test_two_micro_batches_reach_both_cpu_roles_as_the_afd_field(
         ("cpu-eager-1a1f", 8, {"baseline": "8", "ffn": "4", "attention": "4"}),
         ("cpu-eager-1a1f", 1, {"baseline": "1", "ffn": "1", "attention": "1"}),
         # Two attention DP ranks and one FFN rank on 6 CPUs: 2 each; the
-        # colocated baseline's two DP ranks share the same 6.
-        ("cpu-eager-2a1f", 6, {"baseline": "3", "ffn": "2", "attention": "2"}),
+        # colocated baseline runs one DP rank on the CPU (vLLM's CPU
+        # communicator cannot run MoE with DP > 1), with the same 6.
+        ("cpu-eager-2a1f", 6, {"baseline": "6", "ffn": "2", "attention": "2"}),
     ],
 )
 def test_cpu_roles_share_the_host_cpus(

@@ -38,6 +38,8 @@ CATALOGUE_IDS = {
     "cpu-eager-2a1f",
     "cpu-eager-1a1f-qwen3",
     "cpu-eager-1a1f-camp2p",
+    "cpu-eager-1a1f-camasync",
+    "cpu-eager-2a1f-camasync",
     "cpu-eager-1a1f-gate-attn",
 }
 
@@ -153,3 +155,11 @@ def test_yaml_syntax_error_is_positioned(tmp_path: Path, capsys) -> None:
     (repo / "scenarios/cpu/broken.yaml").write_text("a: [1, 2\nb: 3\n")
     assert main(["validate", "--root", str(repo)]) == 1
     assert "scenarios/cpu/broken.yaml:2:" in capsys.readouterr().err
+
+
+def test_validate_one_file_whose_parent_is_not_named(capsys) -> None:
+    """A child scenario validated alone pulls in its parent (for the errors
+    the parent already has) without tripping over its own bookkeeping."""
+    child = ROOT / "scenarios/cpu/cpu-eager-1a1f-camasync.yaml"
+    assert main(["validate", "--root", str(ROOT), str(child)]) == 0
+    assert "1 scenario(s) valid" in capsys.readouterr().out

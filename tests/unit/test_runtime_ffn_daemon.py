@@ -20,6 +20,7 @@ from afd_plugin.connectors.base import (
     AFDConnector,
     AFDControlPlane,
     AFDPeerError,
+    DispatchWork,
     ExchangeSpec,
     LayerExchange,
 )
@@ -286,3 +287,90 @@ def test_stop_requested_suppresses_the_exit_callback() -> None:
     gate.set()
     daemon._thread.join(10)
     assert exits == [] and daemon.error is None
+
+
+class Rows:
+    """A stand-in for a tensor: only its row count is read."""
+
+    def __init__(self, rows: int) -> None:
+        self.shape = (rows, 8)
+
+
+def dispatch(source: int, stage: int, layer: int = 0) -> DispatchWork:
+    return DispatchWork(
+        layer=layer,
+        stage=stage,
+        source=source,
+        hidden=Rows(3),
+        home=True,
+        routed=Rows(6),
+        routed_experts=Rows(6),
+        expert_counts=Rows(2),
+    )
+
+
+class DrivingConnector(FakeConnector):
+    """No control plane: dispatches arrive in the order given."""
+
+    def __init__(self, works: list[Any]) -> None:
+        super().__init__([], control_plane=False)
+        self.works = works
+
+    def recv_dispatch(self) -> DispatchWork:
+        work = self.works.pop(0)
+        if isinstance(work, BaseException):
+            raise work
+        self.events.append(f"dispatch:{work.source}/{work.stage}/{work.layer}")
+        return work
+
+
+def test_without_a_control_plane_the_daemon_serves_dispatches_as_they_come(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """AFD-I2: no payload is received, no state updated; each dispatch is
+    served with the layer it names, in arrival order, eagerly."""
+    works = [dispatch(1, 0, 0), dispatch(0, 0, 0), dispatch(1, 1, 0), dispatch(1, 0, 1)]
+    connector = DrivingConnector(list(works))
+    served: list[DispatchWork] = []
+    daemon = FFNDaemon(
+        connector, lambda *_: None, lambda _: None, serve_dispatch=served.append
+    )
+    with caplog.at_level(logging.INFO, logger="afd_plugin"):
+        kinds = [daemon.run_once() for _ in works]
+    assert kinds == [StepKind.EAGER] * 4
+    assert served == works
+    assert connector.events == [
+        "dispatch:1/0/0",
+        "dispatch:0/0/0",
+        "dispatch:1/1/0",
+        "dispatch:1/0/1",
+    ]
+    assert daemon.dispatches == {(1, 0): 2, (0, 0): 1, (1, 1): 1}
+    firsts = [
+        r.getMessage() for r in caplog.records if "first dispatch" in r.getMessage()
+    ]
+    assert len(firsts) == 3  # one per (source, stage)
+    assert (
+        "from attention rank 1, stage 0 (layer 0, 3 tokens, 6 routed rows)" in firsts[0]
+    )
+
+
+def test_without_a_control_plane_there_is_no_graph_cache() -> None:
+    graphs = FFNGraphCache(RecordingBackend([]))
+    with pytest.raises(RuntimeError, match="runs eager only"):
+        FFNDaemon(DrivingConnector([]), lambda *_: None, lambda _: None, graphs=graphs)
+
+
+def test_a_lost_attention_rank_ends_the_connector_driven_loop_with_its_error() -> None:
+    lost = AFDPeerError(
+        "AFD ffn rank 0 failed receiving dispatch 7 with attention rank 1"
+    )
+    exits: list[BaseException | None] = []
+    connector = DrivingConnector([dispatch(0, 0), lost])
+    daemon = FFNDaemon(
+        connector, lambda *_: None, exits.append, serve_dispatch=lambda _: None
+    )
+    daemon.start()
+    daemon._thread.join(10)
+    assert not daemon.alive
+    assert exits == [lost] and daemon.steps == 1

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from afd_plugin.config import parse_afd_config
+from afd_plugin.connectors.registry import AFDConnectorFactory
 from afd_plugin.errors import AFDConfigError
 from afd_plugin.validation import Deployment, check_deployment, validate_deployment
 
@@ -443,12 +444,78 @@ def test_a_platform_without_role_workers_is_not_in_this_build() -> None:
     assert "runs AFD on: cpu, cuda" in worker[0]
 
 
-def test_an_unimplemented_connector_is_not_in_this_build() -> None:
-    config = cfg("CAMAsyncAFDConnector", True)
-    messages = absent(config, dep("CAMAsyncAFDConnector"))
+def test_an_unimplemented_connector_is_not_in_this_build(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A registered connector whose module this build lacks is named as absent
+    (with what the build has), not a ModuleNotFoundError at start."""
+    spec = AFDConnectorFactory.get_spec("CAMAsyncAFDConnector")
+    missing = replace(spec, loader="afd_plugin.connectors.npu.not_built:Absent")
+    monkeypatch.setitem(AFDConnectorFactory._specs, spec.name, missing)
+    messages = absent(cfg("CAMAsyncAFDConnector", True), dep("CAMAsyncAFDConnector"))
     connector = [m for m in messages if m.startswith("CAMAsyncAFDConnector")]
     assert len(connector) == 1 and "not in this build" in connector[0]
+    assert "not_built" in connector[0]
     assert "P2pGlooAFDConnector, P2pNcclAFDConnector" in connector[0]
+
+
+def test_every_registered_connector_is_in_this_build() -> None:
+    for spec in AFDConnectorFactory.specs():
+        assert spec.implemented, spec.name
+
+
+def test_cam_async_pairs_any_ratio_the_others_need_more_attention_ranks() -> None:
+    """Attention ranks first, every attention rank reaching every FFN rank:
+    1A2F is a CAM async deployment; elsewhere A >= F."""
+
+    def ranks(connector: str, gate: bool) -> Any:
+        return parse_afd_config(
+            {
+                "afd": {
+                    "role": "ffn",
+                    "connector": connector,
+                    "compute_gate_on_attention": gate,
+                    "num_attention_ranks": 1,
+                    "num_ffn_ranks": 2,
+                }
+            }
+        )
+
+    path = "additional_config.afd.num_attention_ranks"
+    assert path not in paths(
+        ranks("CAMAsyncAFDConnector", True), dep("CAMAsyncAFDConnector", dp=2)
+    )
+    for connector in ("P2pGlooAFDConnector", "CAMP2pAFDConnector"):
+        assert path in paths(ranks(connector, False), dep(connector, dp=2))
+
+
+def test_cam_async_attn_ranks_per_dp_is_the_attention_tp() -> None:
+    path = "additional_config.afd.connector_extra_config.attn_ranks_per_dp"
+    two = dep("CAMAsyncAFDConnector", tp=2)
+    config = cfg("CAMAsyncAFDConnector", True, attn_ranks_per_dp=1)
+    errors = [e for e in check_deployment(config, two) if e.path == path]
+    assert len(errors) == 1 and "TP size (2)" in errors[0].message
+    good = cfg("CAMAsyncAFDConnector", True, attn_ranks_per_dp=2)
+    assert path not in paths(good, two)
+
+
+def test_cam_async_has_no_micro_batches_of_the_control_plane() -> None:
+    config = parse_afd_config(
+        {
+            "afd": {
+                "role": "attention",
+                "connector": "CAMAsyncAFDConnector",
+                "compute_gate_on_attention": True,
+                "micro_batches": 2,
+                "connector_extra_config": {"ops": "reference"},
+            }
+        }
+    )
+    errors = check_deployment(config, dep("CAMAsyncAFDConnector", platform="cpu"))
+    messages = [e.message for e in errors if e.path.endswith(".micro_batches")]
+    assert messages == [
+        "CAMAsyncAFDConnector has no control plane to announce the micro-batches"
+    ]
 
 
 def test_everything_the_cpu_and_cuda_paths_need_is_in_this_build() -> None:

@@ -89,6 +89,32 @@ class ExchangeSpec:
         )
 
 
+@dataclass
+class DispatchWork:
+    """One dispatch an FFN rank received without a control plane (AFD-I2):
+    everything it needs travels with the data. The connector fills it; the
+    FFN model computes; ``send_combine`` answers its source."""
+
+    layer: int
+    """The decoder layer, from the payload (not from a loop counter)."""
+    stage: int
+    """The dispatch's micro-batch stage inside its MoE call."""
+    source: int
+    """The attention rank that sent it (and gets the answer)."""
+    hidden: torch.Tensor
+    """(T, H) token rows the source sent here, dequantised."""
+    home: bool
+    """Whether this rank runs the source's dense layer or shared experts (on
+    ``hidden``); every rank runs the routed experts it owns."""
+    routed: torch.Tensor
+    """(N, H) rows, one per (token, top-k slot) routed to an expert this rank
+    owns, sorted by expert."""
+    routed_experts: torch.Tensor
+    """(N,) the global expert id of each routed row (non-decreasing)."""
+    expert_counts: torch.Tensor
+    """Rows per owned expert, in expert order (sums to N)."""
+
+
 class AFDControlPlane(ABC):
     """Owned by its connector; carries one payload per step, before the data.
 
@@ -171,6 +197,37 @@ class AFDConnector(ABC):
         micro-batch as it arrives (``runtime/ffn_schedule.py``, pipelined);
         else it mirrors the attention side's order."""
         return False
+
+    # -- the connector-driven path (control_plane is None, AFD-I2) ----------
+
+    @property
+    def dispatches_topk(self) -> bool:
+        """Attention side: whether ``send_attn_output`` takes the routing
+        (``topk_ids`` and ``topk_weights`` extras, the gate on attention)
+        instead of router logits; the weights then stay here for the combine."""
+        return False
+
+    def note_step_requests(self, request_starts: tuple[int, ...]) -> None:  # noqa: B027
+        """Attention side, at each step's start: the token offset of each of
+        its requests (for a connector that splits a call at a request
+        boundary); ignored by default."""
+
+    def recv_dispatch(self) -> DispatchWork:
+        """FFN side without a control plane: the next dispatch from any
+        attention rank, in arrival order (waits while idle)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} is driven by its control plane"
+        )
+
+    def send_combine(
+        self, work: DispatchWork, local: torch.Tensor | None, routed: torch.Tensor
+    ) -> None:
+        """FFN side without a control plane: answer ``work``'s source with the
+        dense or shared output of its tokens (``local``, home rank only) and the
+        routed rows' expert outputs, unweighted, in ``work.routed`` order."""
+        raise NotImplementedError(
+            f"{type(self).__name__} is driven by its control plane"
+        )
 
     def peers_left(self) -> bool:
         """FFN side: whether every served attention rank closed in order (a

@@ -106,6 +106,12 @@ class GlooWorld:
     def me(self) -> str:
         return f"AFD {self.role} rank {self.rank}"
 
+    @property
+    def host_rank(self) -> str:
+        """Who hosts the rendezvous store: global rank 0 of the layout."""
+        role, rank = self.layout.role_of(0)
+        return f"{role} rank {rank}"
+
     def describe(self, global_rank: int) -> str:
         info = self.peers.get(global_rank)
         if info is None:
@@ -124,7 +130,7 @@ class GlooWorld:
         except RuntimeError as exc:
             raise AFDPeerError(
                 f"{self.me()}: the AFD rendezvous at {self.address} (hosted by "
-                f"ffn rank 0) went away: {exc}"
+                f"{self.host_rank}) went away: {exc}"
             ) from exc
         if problems:
             raise AFDPeerError(
@@ -176,7 +182,7 @@ class GlooWorld:
             self.peers[g] = PeerInfo(**raw["peer"])
             for diff in spec.differences(ExchangeSpec.from_dict(raw["spec"])):
                 problems.append(f"{self.describe(g)} disagrees on {diff}")
-        # The store lives in ffn rank 0: it stays up until everyone has read.
+        # The store lives in global rank 0: it stays up until everyone has read.
         self._store.set(f"read/{self.global_rank}", "1")
         if self.global_rank == 0:
             with contextlib.suppress(RuntimeError):
@@ -203,7 +209,7 @@ class GlooWorld:
             raise AFDPeerError(
                 f"{self.me()} could not reach the AFD rendezvous at {self.address} "
                 f"within {self._rendezvous_timeout.total_seconds():.0f}s "
-                "(rendezvous_timeout_s): is ffn rank 0 running and listening "
+                f"(rendezvous_timeout_s): is {self.host_rank} running and listening "
                 f"there? {exc}"
             ) from exc
 
@@ -298,7 +304,7 @@ class GlooWorld:
 
     @property
     def store(self) -> TCPStore:
-        """The rendezvous store (hosted by ffn rank 0), for data-path set-up."""
+        """The rendezvous store (hosted by global rank 0), for data-path set-up."""
         if self._store is None:
             raise RuntimeError(f"{self.me()}: the AFD world is not joined")
         return self._store

@@ -42,6 +42,9 @@ class ConnectorSpec:
     synchronous: bool
     stages: str
     notes: str = ""
+    any_ratio: bool = False
+    """Whether any positive A:F pairs (attention ranks first, every attention
+    rank reaching every FFN rank); else attention ranks >= FFN ranks."""
     cpu_reference: bool = False
     """Whether its operator contract also has CPU reference kernels (extra
     config ``ops: reference``), so it runs through real vLLM on the CPU."""
@@ -179,8 +182,15 @@ for _spec in (
         has_control_plane=False,
         synchronous=False,
         stages="prefill, decode",
-        notes="No control plane: routing and token metadata travel with the "
-        "dispatch payload; eager only.",
+        notes="No control plane: hidden rows, top-k ids, token count, layer "
+        "and source travel in each dispatch, the FFN side serves them in "
+        "arrival order; gate and router on attention, top-k weights applied "
+        "at the combine; CAM async ops from the vendor's library (loaded at "
+        "connector init; or `ops: reference`, their CPU kernels over shared "
+        "memory or gloo); attention ranks first, any A:F, FFN j owns experts "
+        "`[j*ceil(E/F), ...)`; eager only.",
+        any_ratio=True,
+        cpu_reference=True,
     ),
 ):
     AFDConnectorFactory._register(_spec)

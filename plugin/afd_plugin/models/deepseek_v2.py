@@ -13,6 +13,9 @@ import torch
 from torch import nn
 from vllm.config import VllmConfig
 from vllm.model_executor.layers.fused_moe import GateLinear
+from vllm.model_executor.layers.fused_moe.router.router_factory import (
+    create_fused_moe_router,
+)
 from vllm.model_executor.layers.fused_moe.utils import (
     is_model_fused_shared_expert_compatible,
 )
@@ -61,6 +64,23 @@ def _make_gate(config: Any, prefix: str) -> nn.Module:
     return gate
 
 
+def _make_router(config: Any, gate: nn.Module) -> Any:
+    """The router exactly as the colocated DeepseekV2MoE builds it (the routed
+    scaling in the top-k weights): a connector that dispatches top-k ids
+    routes on the attention side."""
+    return create_fused_moe_router(
+        top_k=config.num_experts_per_tok,
+        global_num_experts=config.n_routed_experts,
+        renormalize=config.norm_topk_prob,
+        use_grouped_topk=True,
+        num_expert_group=getattr(config, "n_group", 1),
+        topk_group=getattr(config, "topk_group", 1),
+        scoring_func=getattr(config, "scoring_func", "softmax"),
+        routed_scaling_factor=getattr(config, "routed_scaling_factor", 1.0),
+        e_score_correction_bias=gate.e_score_correction_bias,
+    )
+
+
 def _remote_blocks(gate_on_attention: bool) -> tuple[type, type]:
     """Stand-ins for DeepseekV2MoE and DeepseekV2MLP with their keyword API."""
 
@@ -69,7 +89,8 @@ def _remote_blocks(gate_on_attention: bool) -> tuple[type, type]:
 
         def __init__(self, *, config: Any, prefix: str = "", **_: Any) -> None:
             gate = _make_gate(config, prefix) if gate_on_attention else None
-            super().__init__(extract_layer_index(prefix), gate)
+            router = _make_router(config, gate) if gate is not None else None
+            super().__init__(extract_layer_index(prefix), gate, router)
             # Expert counts of the deployment, read by vLLM's MoE bookkeeping;
             # the experts themselves live on the FFN role.
             self.n_routed_experts = config.n_routed_experts
@@ -179,17 +200,43 @@ class DeepseekV2FFNModel(FFNRoleModel):
     def router_dtype(self) -> torch.dtype | None:
         return _router_dtype(self.config)
 
+    def _dense(self, block: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+        out = block(hidden)
+        if out.dtype == torch.float16:
+            # vLLM's decoder layer scales dense outputs against fp16 overflow.
+            out *= 1.0 / getattr(self.config, "routed_scaling_factor", 1.0)
+        return out
+
     def run_block(
         self, layer: int, hidden: torch.Tensor, router_logits: torch.Tensor | None
     ) -> torch.Tensor:
         block = self.model.layers[layer].mlp
         if isinstance(block, ds.DeepseekV2MLP):
-            out = block(hidden)
-            if out.dtype == torch.float16:
-                # vLLM's decoder layer scales dense outputs against fp16 overflow.
-                out *= 1.0 / getattr(self.config, "routed_scaling_factor", 1.0)
-            return out
+            return self._dense(block, hidden)
         if router_logits is None:
             return block(hidden)
         out = block.experts(hidden_states=hidden, router_logits=router_logits)
         return out.view(hidden.shape)
+
+    def run_local(self, layer: int, hidden: torch.Tensor) -> torch.Tensor | None:
+        block = self.model.layers[layer].mlp
+        if isinstance(block, ds.DeepseekV2MLP):
+            return self._dense(block, hidden)
+        shared = block.shared_experts
+        return None if shared is None else shared(hidden)
+
+    def run_routed(
+        self, layer: int, rows: torch.Tensor, expert_ids: torch.Tensor
+    ) -> torch.Tensor:
+        # vLLM's own fused-experts kernel with top-1 routing of weight 1: each
+        # row through its one expert, unweighted (the attention side weighs).
+        runner = self.model.layers[layer].mlp.experts
+        experts = runner.routed_experts
+        experts._ensure_moe_quant_config_init()
+        ids_dtype = runner._quant_method.topk_indices_dtype or torch.int32
+        out = experts.forward_modular(
+            x=rows,
+            topk_weights=torch.ones(rows.shape[0], 1, dtype=torch.float32),
+            topk_ids=expert_ids.view(-1, 1).to(ids_dtype),
+        )
+        return out.view(rows.shape)

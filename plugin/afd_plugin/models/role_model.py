@@ -16,7 +16,7 @@ from vllm.config import VllmConfig
 from vllm.model_executor.models.utils import AutoWeightsLoader, maybe_prefix
 
 from afd_plugin.config import AFDConfig
-from afd_plugin.connectors.base import ExchangeSpec, LayerExchange
+from afd_plugin.connectors.base import DispatchWork, ExchangeSpec, LayerExchange
 from afd_plugin.errors import FFN_REFUSAL
 from afd_plugin.models.ownership import owned_by_role
 
@@ -135,6 +135,24 @@ class FFNRoleModel(AFDRoleModel, nn.Module):
     ) -> torch.Tensor:
         raise NotImplementedError
 
+    # Connector-driven serving (CAM async): the router ran on attention.
+
+    def run_local(self, layer: int, hidden: torch.Tensor) -> torch.Tensor | None:
+        """What the home FFN rank computes on every token: the dense block, or
+        the MoE block's shared experts (None when it has none)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} does not serve dispatches (gate on attention)"
+        )
+
+    def run_routed(
+        self, layer: int, rows: torch.Tensor, expert_ids: torch.Tensor
+    ) -> torch.Tensor:
+        """One unweighted output row per routed row: expert ``expert_ids[i]``
+        applied to ``rows[i]``."""
+        raise NotImplementedError(
+            f"{type(self).__name__} does not serve dispatches (gate on attention)"
+        )
+
     # -- building -----------------------------------------------------------
 
     def build_blocks(self, vllm_config: VllmConfig, prefix: str) -> FFNBlocks:
@@ -168,6 +186,18 @@ class FFNRoleModel(AFDRoleModel, nn.Module):
         if hidden.shape[0] == 0:
             return hidden
         return self.run_block(layer, hidden, router_logits)
+
+    def run_dispatch(
+        self, work: DispatchWork
+    ) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """Serve one dispatch: ``(local, routed)`` for ``send_combine``."""
+        local = None
+        if work.home and work.hidden.shape[0]:
+            local = self.run_local(work.layer, work.hidden)
+        routed = work.routed
+        if routed.shape[0]:
+            routed = self.run_routed(work.layer, routed, work.routed_experts)
+        return local, routed
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         gate = self.afd.compute_gate_on_attention

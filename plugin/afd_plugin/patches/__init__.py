@@ -64,7 +64,9 @@ def require_patches(modules: tuple[str, ...] | None = None) -> None:
     if not missing:
         return
     reasons = [
-        f"{m} ({failed[m]})" if m in failed else f"{m} (not applied: register() "
+        f"{m} ({failed[m]})"
+        if m in failed
+        else f"{m} (not applied: register() "
         "did not run in this process; is VLLM_PLUGINS excluding 'afd'?)"
         for m in missing
     ]

@@ -185,6 +185,17 @@ class AFDAttentionRunnerMixin(AFDRoleRunnerMixin):
             return None
         return [s.num_tokens for s in slices]
 
+    def _afd_request_starts(self, num_tokens: int) -> tuple[int, ...]:
+        """Token offset of each request of the step vLLM prepared (its query
+        start locations); empty when the runner has none (a dummy run's are
+        whatever the last step left, and only ever inside ``num_tokens``)."""
+        input_batch = getattr(self, "input_batch", None)
+        starts = getattr(self, "query_start_loc", None)
+        if input_batch is None or starts is None:
+            return ()
+        values = starts.np[: input_batch.num_reqs + 1].tolist()
+        return tuple(int(v) for v in values if 0 <= v <= num_tokens)
+
     # -- the step -------------------------------------------------------------
 
     def _afd_block(self) -> range:
@@ -207,9 +218,14 @@ class AFDAttentionRunnerMixin(AFDRoleRunnerMixin):
         """The payloads of one step, one per stage agreed at rendezvous.
         Micro-batches have the same size on every DP rank (vLLM pads them
         alike), so each stage announces that size for the whole block."""
-        spec = self.afd_connector.spec
+        connector = self.afd_connector
+        spec = connector.spec
         stages = spec.stages if spec is not None else 1
-        if ubatch_sizes:
+        if connector.control_plane is None:
+            # AFD-I2: no DP-metadata coordination; each dispatch carries its
+            # own token count, so the payload only records this rank's step.
+            stage_counts = [(num_tokens,)]
+        elif ubatch_sizes:
             width = len(self._afd_block())
             stage_counts = [(n,) * width for n in ubatch_sizes]
         else:
@@ -223,6 +239,7 @@ class AFDAttentionRunnerMixin(AFDRoleRunnerMixin):
         the runner's entry, outside any graph (a capture records none of it)."""
         ubatches = self._afd_ubatch_sizes() if is_forward_context_available() else None
         payloads = self.afd_plan_step(num_tokens, ubatches, self._afd_runs_graph())
+        self.afd_connector.note_step_requests(self._afd_request_starts(num_tokens))
         self.afd_announce(payloads)
 
     def afd_announce(self, payloads: tuple[AFDControlPayload, ...]) -> None:

@@ -1,7 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """The FFN role's daemon: receive each step's control payloads (one per
 micro-batch stage), update the connector, serve the step by its kind (profile /
-warm-up / capture / replay / eager).
+warm-up / capture / replay / eager). Without a control plane (AFD-I2) the
+connector drives: each dispatch, from any attention rank in arrival order,
+says its layer, and the daemon serves it eagerly (no graph cache: its key
+needs the DP metadata that no one announces).
 
 Platform-neutral and pure; the step itself is a callable the role runner
 provides, the graphs live in an ``FFNGraphCache``.
@@ -15,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from afd_plugin import step_timing
-from afd_plugin.connectors.base import AFDConnector, AFDPeerError
+from afd_plugin.connectors.base import AFDConnector, AFDPeerError, DispatchWork
 from afd_plugin.evidence import format_dual_ubatch
 from afd_plugin.graph_policy import make_ffn_graph_key
 from afd_plugin.runtime.ffn_graphs import FFNGraphCache
@@ -46,6 +49,7 @@ def step_graph_keys(payloads: tuple[AFDControlPayload, ...]) -> tuple:
 
 
 ServeStep = Callable[[tuple[AFDControlPayload, ...], StepKind], None]
+ServeDispatch = Callable[[DispatchWork], None]
 OnExit = Callable[[BaseException | None], None]
 
 
@@ -59,13 +63,22 @@ class FFNDaemon:
         on_exit: OnExit,
         graphs: FFNGraphCache | None = None,
         name: str = "afd-ffn-daemon",
+        serve_dispatch: ServeDispatch | None = None,
     ) -> None:
+        if connector.control_plane is None and graphs is not None:
+            raise RuntimeError(
+                f"{type(connector).__name__} has no control plane, so its FFN side "
+                "runs eager only (AFD-I2): no FFN graph cache"
+            )
         self.connector = connector
         self.serve_step = serve_step
+        self.serve_dispatch = serve_dispatch
         self.on_exit = on_exit
         self.graphs = graphs
         self.kinds: Counter[StepKind] = Counter()
         self.steps = 0
+        self.dispatches: Counter[tuple[int, int]] = Counter()
+        """Connector-driven: dispatches served per (source rank, stage)."""
         self.error: BaseException | None = None
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
@@ -79,11 +92,9 @@ class FFNDaemon:
         connector state as it arrives (before any compute or capture)."""
         control_plane = self.connector.control_plane
         if control_plane is None:
-            # AFD-I2: without a control plane the connector drives; no such
-            # connector exists for this runtime yet.
-            raise NotImplementedError(
-                f"{type(self.connector).__name__} has no control plane; the "
-                "connector-driven FFN loop is not implemented for this backend"
+            raise RuntimeError(
+                f"{type(self.connector).__name__} has no control plane: no step "
+                "payloads to receive (the daemon serves its dispatches)"
             )
         spec = self.connector.spec
         stages = spec.stages if spec is not None else 1
@@ -106,7 +117,11 @@ class FFNDaemon:
         return tuple(payloads)
 
     def run_once(self) -> StepKind:
-        """Serve exactly one step (the loop body; callable from tests)."""
+        """Serve exactly one step, or one dispatch without a control plane (the
+        loop body; callable from tests)."""
+        # AFD-I2: the only branch between the two drivers.
+        if self.connector.control_plane is None:
+            return self._serve_one_dispatch()
         _CLOCK.step()
         with _CLOCK.part("control"):
             payloads = self.receive_step()
@@ -125,6 +140,42 @@ class FFNDaemon:
             )
         return kind
 
+    def _serve_one_dispatch(self) -> StepKind:
+        if self.serve_dispatch is None:
+            raise NotImplementedError(
+                f"{type(self.connector).__name__} has no control plane, and this "
+                "FFN runner serves no dispatches (the connector-driven path)"
+            )
+        _CLOCK.step()
+        with _CLOCK.part("recv"):
+            work = self.connector.recv_dispatch()
+        self.serve_dispatch(work)
+        key = (work.source, work.stage)
+        if key not in self.dispatches:
+            logger.info(
+                "afd-plugin: FFN rank %d served its first dispatch from attention "
+                "rank %d, stage %d (layer %d, %d tokens, %d routed rows)",
+                self.connector.rank,
+                work.source,
+                work.stage,
+                work.layer,
+                work.hidden.shape[0],
+                work.routed.shape[0],
+            )
+        self.dispatches[key] += 1
+        self.kinds[StepKind.EAGER] += 1
+        self.steps += 1
+        return StepKind.EAGER
+
+    def _dispatch_summary(self) -> str:
+        if not self.dispatches:
+            return ""
+        parts = ", ".join(
+            f"attention rank {source} stage {stage}: {n}"
+            for (source, stage), n in sorted(self.dispatches.items())
+        )
+        return f" (dispatches served: {parts})"
+
     def start(self) -> None:
         self._thread.start()
 
@@ -140,7 +191,12 @@ class FFNDaemon:
             self._thread.join(timeout)
 
     def _loop(self) -> None:
-        logger.info("afd-plugin: FFN daemon serving")
+        logger.info(
+            "afd-plugin: FFN daemon serving %s",
+            "the dispatches of any attention rank in arrival order (no control plane)"
+            if self.connector.control_plane is None
+            else "the steps its control plane announces",
+        )
         error: BaseException | None = None
         try:
             while not self._stopping.is_set():
@@ -149,8 +205,9 @@ class FFNDaemon:
             if self._stopping.is_set() or self.connector.peers_left():
                 logger.info(
                     "afd-plugin: the attention ranks closed the AFD connection; "
-                    "FFN daemon stops after %d steps",
+                    "FFN daemon stops after %d steps%s",
                     sum(self.kinds.values()),
+                    self._dispatch_summary(),
                 )
             else:
                 error = exc

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from vllm.forward_context import set_forward_context
 
+from afd_plugin import step_timing
 from afd_plugin.errors import FFN_REFUSAL
 from afd_plugin.runtime.ffn_serve import serve_ffn_step
 from afd_plugin.runtime.role import AFDRoleRunnerMixin
@@ -22,11 +23,13 @@ from afd_plugin.step_kind import StepKind
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
 
+    from afd_plugin.connectors.base import DispatchWork
     from afd_plugin.models.role_model import FFNRoleModel
     from afd_plugin.runtime.ffn_graphs import FFNGraphCache
     from afd_plugin.wire import AFDControlPayload
 
 logger = logging.getLogger("afd_plugin")
+_CLOCK = step_timing.clock("ffn")
 
 
 class AFDFFNRunnerMixin(AFDRoleRunnerMixin):
@@ -63,6 +66,20 @@ class AFDFFNRunnerMixin(AFDRoleRunnerMixin):
                 self.afd_graphs,
                 self.afd_device(),
             )
+
+    def afd_serve_dispatch(self, work: DispatchWork) -> None:
+        """Serve one dispatch of a connector without a control plane: the
+        layer it names, on the rows it carries; answer its source."""
+        connector, model = self.afd_connector, self.model
+        rows = work.hidden.shape[0] + work.routed.shape[0]
+        with (
+            torch.inference_mode(),
+            set_forward_context(None, self.vllm_config, num_tokens=max(rows, 1)),
+        ):
+            with _CLOCK.part("compute"):
+                local, routed = model.run_dispatch(work)
+            with _CLOCK.part("send"):
+                connector.send_combine(work, local, routed)
 
     def afd_refuse_requests(self, scheduled_tokens: int) -> None:
         if scheduled_tokens:

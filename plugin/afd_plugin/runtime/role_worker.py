@@ -104,6 +104,7 @@ class AFDFFNWorkerMixin(AFDRoleWorkerMixin):
             self.model_runner.afd_serve_step,
             self._afd_daemon_exit,
             graphs=self.model_runner.afd_graphs,
+            serve_dispatch=self.model_runner.afd_serve_dispatch,
         )
         self.afd_daemon.start()
 

@@ -132,8 +132,10 @@ class ShmTransport(DataTransport):
 
     # -- set-up -------------------------------------------------------------
 
-    def _key(self, attention: int) -> str:
-        return f"shm/{attention}"
+    def _key(self, ffn: int, attention: int) -> str:
+        """Where an FFN rank publishes its socket for one attention rank (both
+        global ranks: an attention rank may reach several FFN ranks)."""
+        return f"shm/{ffn}/{attention}"
 
     def _ring(self, fd: int, capacity: int, doorbell: Doorbell) -> Ring:
         try:
@@ -151,7 +153,9 @@ class ShmTransport(DataTransport):
             listener.bind(name)
             listener.listen(1)
             listener.settimeout(max(1.0, deadline - time.monotonic()))
-            self.world.store.set(self._key(peer), name.encode("latin-1"))
+            self.world.store.set(
+                self._key(self.world.global_rank, peer), name.encode("latin-1")
+            )
             try:
                 conn, _ = listener.accept()
             except TimeoutError as exc:
@@ -181,7 +185,7 @@ class ShmTransport(DataTransport):
         """Attention side: find the FFN rank's socket, take both rings."""
         store = self.world.store
         left = timedelta(seconds=max(1.0, deadline - time.monotonic()))
-        key = self._key(self.world.global_rank)
+        key = self._key(peer, self.world.global_rank)
         store.wait([key], left)
         name = store.get(key).decode("latin-1")
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -57,12 +57,40 @@ class CAMP2pExtraConfig(ExtraConfigSchema):
 class CAMAsyncExtraConfig(ExtraConfigSchema):
     """Settings of ``CAMAsyncAFDConnector``."""
 
+    ops: Literal["ascend", "reference"] = "ascend"
+    """Which implementation of the CAM async dispatch/combine ops runs: `ascend`
+    (the vendor's CAM operator library) or `reference` (CPU kernels of the same
+    contract over shared memory or gloo; CPU platform only, never a fallback)."""
+
+    dynamicQuant: Literal[0, 1] = 0  # noqa: N815 - the operator library's name
+    """Dispatched activations: 0 as they are, 1 int8 with one scale per token."""
+
+    attn_ranks_per_dp: int = Field(default=1, ge=1)
+    """Attention ranks of one DP replica (its TP size): each of them dispatches
+    its copy of the replica's tokens."""
+
     async_moe_ubatching: bool = False
-    """Split each MoE call into two AFD-managed stages (needs the gate on
-    attention)."""
+    """Split each MoE call into `async_moe_num_ubatches` dispatches, all sent
+    before the first combine (needs the gate on attention)."""
+
+    async_moe_num_ubatches: Literal[2] = 2
+    """Dispatches per MoE call with `async_moe_ubatching`."""
+
+    async_moe_split: Literal["request"] = "request"
+    """Where `async_moe_ubatching` splits the tokens: at the request boundary
+    nearest the middle (MoE is per token, so any boundary gives the same
+    output; one at a request keeps a request's tokens together)."""
 
     max_num_tokens_per_rank: int = Field(default=4096, ge=1)
-    """Largest token count one attention rank sends in one stage."""
+    """Capacity of one dispatch: the most tokens one attention rank sends in
+    one MoE call (at least vLLM's `max_num_batched_tokens`, equal on every
+    role)."""
 
     rendezvous_timeout_s: float = Field(default=600.0, gt=0)
     """How long a role waits for its peers at rendezvous before failing."""
+
+    peer_timeout_s: float = Field(default=60.0, gt=0)
+    """How long one op call may wait for its peer before failing."""
+
+    transport: Literal["auto", "gloo", "shm"] = "auto"
+    """Data path of the reference ops, as `P2pGlooAFDConnector`'s `transport`."""
