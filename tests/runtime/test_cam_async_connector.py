@@ -13,6 +13,8 @@ Needs torch (the cpu extra, tox env e2e); no vLLM, no torch_npu.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -389,3 +391,41 @@ def test_ascend_ops_fail_at_init_saying_what_to_install() -> None:
     assert "torch_npu" in message and "umdk_cam_op_lib" in message
     assert "ops: 'reference'" in message
     conn.close()
+
+
+def test_both_cam_connectors_import_without_torch_npu_and_fail_only_at_init() -> None:
+    """AFD-I3/I4 in a fresh interpreter where torch_npu, vllm_ascend and the
+    vendor library cannot be imported: the modules import, construction and
+    bind pass, and only init_afd_connector() fails, with CamOpsUnavailable."""
+    script = """
+import sys
+for name in ("torch_npu", "vllm_ascend", "umdk_cam_op_lib", "vllm"):
+    sys.modules[name] = None
+from afd_plugin.config import AFDConfig
+from afd_plugin.connectors.base import ExchangeSpec, LayerExchange
+from afd_plugin.connectors.npu.cam_async import CAMAsyncAFDConnector
+from afd_plugin.connectors.npu.cam_p2p import CAMP2pAFDConnector
+from afd_plugin.connectors.npu.cam_p2p_ops import CamOpsUnavailable
+for cls, gate, dtype, width in (
+    (CAMAsyncAFDConnector, True, "float32", 4),
+    (CAMP2pAFDConnector, False, "bfloat16", 0),
+):
+    config = AFDConfig(
+        role="attention", connector=cls.__name__, compute_gate_on_attention=gate
+    )
+    conn = cls(config, 0)
+    conn.bind(ExchangeSpec(8, dtype, "float32", (LayerExchange(0, "moe", width),)))
+    try:
+        conn.init_afd_connector()
+    except CamOpsUnavailable as exc:
+        print(cls.__name__, "CamOpsUnavailable", "torch_npu" in str(exc))
+    conn.close()
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split("\n")[:2] == [
+        "CAMAsyncAFDConnector CamOpsUnavailable True",
+        "CAMP2pAFDConnector CamOpsUnavailable True",
+    ]
