@@ -9,6 +9,7 @@ Mixed into each platform's runner (``runtime/cpu/model_runners.py`` on CPU,
 from __future__ import annotations
 
 import logging
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -44,6 +45,12 @@ class AFDFFNRunnerMixin(AFDRoleRunnerMixin):
     def afd_device(self) -> torch.device:
         return torch.device("cpu")
 
+    def afd_forward_context(self, num_tokens: int) -> AbstractContextManager[Any]:
+        """The forward context the FFN blocks run in (vLLM's MoE layers find
+        themselves through it); a platform whose layers read another one
+        (Ascend) overrides this."""
+        return set_forward_context(None, self.vllm_config, num_tokens=num_tokens)
+
     def afd_serve_step(
         self, payloads: tuple[AFDControlPayload, ...], kind: StepKind
     ) -> None:
@@ -53,10 +60,7 @@ class AFDFFNRunnerMixin(AFDRoleRunnerMixin):
         needs no AFD metadata in it (the daemon holds the step)."""
         connector, model = self.afd_connector, self.model
         total = sum(p.total_tokens for p in payloads)
-        with (
-            torch.inference_mode(),
-            set_forward_context(None, self.vllm_config, num_tokens=total),
-        ):
+        with torch.inference_mode(), self.afd_forward_context(total):
             serve_ffn_step(
                 connector,
                 model.run_ffn_layer,
@@ -72,10 +76,7 @@ class AFDFFNRunnerMixin(AFDRoleRunnerMixin):
         layer it names, on the rows it carries; answer its source."""
         connector, model = self.afd_connector, self.model
         rows = work.hidden.shape[0] + work.routed.shape[0]
-        with (
-            torch.inference_mode(),
-            set_forward_context(None, self.vllm_config, num_tokens=max(rows, 1)),
-        ):
+        with torch.inference_mode(), self.afd_forward_context(max(rows, 1)):
             with _CLOCK.part("compute"):
                 local, routed = model.run_dispatch(work)
             with _CLOCK.part("send"):
