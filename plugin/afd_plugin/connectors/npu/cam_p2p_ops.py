@@ -38,9 +38,11 @@ from dataclasses import astuple, dataclass, fields
 
 import torch
 
+from afd_plugin import native_build
+from afd_plugin.native_build import SWITCH as BUILD_SWITCH
+
 NAMESPACE = "afd_ascend"
 NATIVE_MODULE = "afd_plugin._C_ascend"
-BUILD_SWITCH = "AFD_BUILD_ASCEND_OPS"
 ACTIVATION_DTYPE = torch.bfloat16
 
 
@@ -191,18 +193,9 @@ def has_kernel(op: str, dispatch_key: str) -> bool:
 def build_switch() -> bool | None:
     """``AFD_BUILD_ASCEND_OPS``: True forces the native build, False skips it,
     None (unset or empty) detects the Ascend toolkit. Anything else is an
-    error naming the allowed values."""
-    raw = os.environ.get(BUILD_SWITCH, "").strip().lower()
-    if raw == "":
-        return None
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    if raw in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(
-        f"{BUILD_SWITCH}={raw!r}: use 1/true/yes/on (build the Ascend ops), "
-        "0/false/no/off (skip them) or leave it empty (detect the toolkit)"
-    )
+    error naming the allowed values (``native_build.build_switch``, which
+    ``setup.py`` decides with)."""
+    return native_build.build_switch(os.environ)
 
 
 _HOW_TO_BUILD = (
