@@ -187,6 +187,20 @@ def _graph_args(scenario: Scenario) -> list[str]:
     return ["--compilation-config", json.dumps(compilation, separators=(",", ":"))]
 
 
+# vLLM's VLLM_PLUGINS filters platform plugins too: on Ascend, vllm-ascend's
+# platform ("ascend") and its general plugins (vllm-ascend's setup.py entry
+# points, main line at 182b75ea) must stay listed.
+PLATFORM_PLUGINS: dict[str, tuple[str, ...]] = {
+    "npu": (
+        "ascend",
+        "ascend_kv_connector",
+        "ascend_model_loader",
+        "ascend_service_profiling",
+        "ascend_model",
+    ),
+}
+
+
 def _env(
     scenario: Scenario,
     role: str,
@@ -195,8 +209,12 @@ def _env(
     rank: int,
     cpus: int,
 ) -> dict[str, str]:
-    # A colocated server loads no plugin at all, so it is vLLM as shipped.
-    env = {"VLLM_PLUGINS": "afd" if role in ("attention", "ffn") else ""}
+    # A colocated server loads no plugin of ours, so it is vLLM as shipped
+    # (with the platform's own plugins, which VLLM_PLUGINS would filter out).
+    plugins = list(PLATFORM_PLUGINS.get(scenario.backend, ()))
+    if role in ("attention", "ffn"):
+        plugins.append("afd")
+    env = {"VLLM_PLUGINS": ",".join(plugins)}
     device_env = DEVICE_ENV.get(scenario.backend)
     if device_env:
         env[device_env] = ",".join(str(d) for d in topo.devices)

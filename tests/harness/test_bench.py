@@ -62,7 +62,7 @@ def test_every_bad_option_is_reported_at_once(capsys: pytest.CaptureFixture) -> 
     ("scenario", "why"),
     [
         ("baseline-graph", "is not an AFD scenario: nothing to compare"),
-        ("npu-afd-eager-2a2f", "needs what is not in this build"),
+        ("afd-dsv4-flash-async-cam-dp2tp4-ep8", "needs what is not in this build"),
         ("no-such-scenario", "no scenario 'no-such-scenario'"),
     ],
 )

@@ -69,9 +69,16 @@ def test_dry_run_plan(scenario_id: str, tmp_path: Path, capsys) -> None:
             cfg = parse_afd_config(extra)
             assert cfg is not None and cfg.role == role["role"]
             assert cfg.port == plan["afd_port"]
-            assert env["VLLM_PLUGINS"] == "afd"
+            assert env["VLLM_PLUGINS"].split(",")[-1] == "afd"
         else:
+            assert "afd" not in env["VLLM_PLUGINS"].split(",")
             assert "--additional-config" not in argv
+        if scenario.backend == "npu":
+            # vllm-ascend's platform must stay in the allow-list, or vLLM
+            # never resolves to the Ascend platform.
+            assert "ascend" in env["VLLM_PLUGINS"].split(",")
+        else:
+            assert env["VLLM_PLUGINS"] in ("afd", "")
         if scenario.graph.mode == "eager":
             assert "--enforce-eager" in argv
         else:
@@ -79,7 +86,7 @@ def test_dry_run_plan(scenario_id: str, tmp_path: Path, capsys) -> None:
     order = [r["role"] for r in roles]
     if scenario.afd and scenario.checks.parity is not None:
         assert order[0] == "baseline"
-        assert roles[0]["env"]["VLLM_PLUGINS"] == ""
+        assert "afd" not in roles[0]["env"]["VLLM_PLUGINS"].split(",")
         order = order[1:]
     if not scenario.afd:
         assert order == ["baseline"]

@@ -279,11 +279,11 @@ def test_awaits_accepts_only_what_this_build_lacks(repo: Path, capsys) -> None:
 
 
 def test_run_refuses_a_scenario_this_build_cannot_run(repo: Path, capsys) -> None:
-    code = main(["run", "npu-afd-graph-2a2f", "--root", str(repo)])
+    code = main(["run", "afd-dsv4-flash-async-cam-dp2tp4-ep8", "--root", str(repo)])
     err = capsys.readouterr().err
     assert code == 2
     assert "needs what is not in this build (it awaits the Ascend role" in err
-    assert "the Ascend role workers" in err
+    assert "a DeepSeek-V4 role-split model" in err
     assert "nothing was started" in err
 
 

@@ -172,3 +172,39 @@ def test_the_reader_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
     found = imports_of(sample, package)
     assert {"afd_plugin.runtime", "afd_plugin.runtime.role"} <= found
     assert "afd_plugin.models.qwen3_moe" in found
+
+
+ASCEND_MODULES = ("afd_plugin.runtime.npu", "afd_plugin.compat.npu")
+
+
+def test_only_the_ascend_runtime_and_compat_layers_import_vllm_ascend() -> None:
+    """The CUDA and CPU paths (registration, patches, workers) never import
+    vllm-ascend or torch_npu, not even lazily: only ``runtime/npu`` and
+    ``compat/npu`` do, and they run on an Ascend process only."""
+    problems = []
+    for name, path in plugin_modules().items():
+        if name.startswith(ASCEND_MODULES):
+            continue
+        for target in sorted(imports_of(path)):
+            if target.split(".")[0] in ("vllm_ascend", "torch_npu"):
+                problems.append(f"{path.relative_to(ROOT)} imports {target}")
+    assert problems == []
+    ascend = [n for n in plugin_modules() if n.startswith(ASCEND_MODULES)]
+    assert "afd_plugin.runtime.npu.model_runners" in ascend
+
+
+def test_the_native_library_is_named_only_by_its_loader() -> None:
+    """``afd_plugin._C_ascend`` is imported by ``ensure_cam_p2p_ops_available``
+    at connector init only: no import statement anywhere names it, and the
+    one module that spells its name is the ops module."""
+    spelled = []
+    for name, path in plugin_modules().items():
+        assert not any("_C_ascend" in t for t in imports_of(path)), name
+        if "_C_ascend" in path.read_text():
+            spelled.append(name)
+    assert "afd_plugin.connectors.npu.cam_p2p_ops" in spelled
+    assert set(spelled) <= {
+        "afd_plugin.connectors.npu.cam_p2p_ops",
+        "afd_plugin.connectors.npu.schema",  # its docstring
+        "afd_plugin.native_build",
+    }, spelled

@@ -434,10 +434,20 @@ def test_an_architecture_without_a_role_model_is_not_in_this_build() -> None:
         validate_deployment(config, deployment)
 
 
-def test_a_platform_without_role_workers_is_not_in_this_build() -> None:
-    """worker_cls=auto on NPU would name afd_plugin.runtime.npu.*, which this
-    build does not ship: refused before a ModuleNotFoundError at start."""
+def test_a_platform_without_role_workers_is_not_in_this_build(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A build without afd_plugin.runtime.npu refuses worker_cls=auto on NPU
+    before a ModuleNotFoundError at start; this build ships it."""
     config = cfg("CAMP2pAFDConnector", False)
+    assert absent(config, dep("CAMP2pAFDConnector")) == []
+    import afd_plugin.validation as validation
+    import afd_plugin.worker_selection as selection
+
+    real = selection.worker_in_build
+    without_npu = lambda path: ".npu." not in path and real(path)  # noqa: E731
+    monkeypatch.setattr(validation, "worker_in_build", without_npu)
+    monkeypatch.setattr(selection, "worker_in_build", without_npu)
     messages = absent(config, dep("CAMP2pAFDConnector"))
     worker = [m for m in messages if "afd_plugin.runtime.npu" in m]
     assert len(worker) == 1 and "not in this build" in worker[0]

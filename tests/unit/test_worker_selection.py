@@ -17,16 +17,29 @@ from afd_plugin.worker_selection import (
 )
 
 BUILT = sorted(k for k, path in AUTO_WORKERS.items() if worker_in_build(path))
-ABSENT = sorted(k for k, path in AUTO_WORKERS.items() if not worker_in_build(path))
 
 
 def afd(role: str):
     return parse_afd_config({"afd": {"role": role, "connector": "P2pGlooAFDConnector"}})
 
 
-def test_the_build_ships_the_cpu_and_cuda_workers_only() -> None:
-    assert platforms_in_build() == ("cpu", "cuda")
-    assert {p for p, _ in ABSENT} == {"npu"}
+def test_the_build_ships_the_workers_of_every_platform() -> None:
+    assert platforms_in_build() == ("cpu", "cuda", "npu")
+    assert len(BUILT) == len(AUTO_WORKERS)
+
+
+def test_auto_on_npu_resolves_to_the_ascend_workers() -> None:
+    """AFD-I11 on Ascend: ``auto`` (which vllm-ascend's platform would make
+    its own NPUWorker) becomes the AFD role worker of runtime/npu."""
+    assert resolve_worker_cls("auto", "npu", afd("attention")) == (
+        "afd_plugin.runtime.npu.attention_worker.AFDAttentionNPUWorker"
+    )
+    assert resolve_worker_cls("auto", "npu", afd("ffn")) == (
+        "afd_plugin.runtime.npu.ffn_worker.AFDFFNNPUWorker"
+    )
+    # vllm-ascend's own worker with an AFD config is an error, not a guess.
+    with pytest.raises(AFDConfigError, match="is not an AFD ffn worker"):
+        resolve_worker_cls("vllm_ascend.worker.worker.NPUWorker", "npu", afd("ffn"))
 
 
 @pytest.mark.parametrize(("platform", "role"), BUILT)
@@ -44,12 +57,20 @@ def test_non_afd_config_is_untouched(worker_cls: str) -> None:
     assert resolve_worker_cls(worker_cls, "cpu", None) == worker_cls
 
 
-@pytest.mark.parametrize(("platform", "role"), ABSENT)
-def test_a_worker_not_in_this_build_is_refused(platform: str, role: str) -> None:
-    for requested in ("auto", AUTO_WORKERS[(platform, role)]):
-        with pytest.raises(AFDConfigError, match="is not in this build") as info:
-            resolve_worker_cls(requested, platform, afd(role))
-        assert "this build runs AFD on: cpu, cuda" in str(info.value)
+def test_a_worker_not_in_this_build_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build without one platform's runtime package refuses it at config
+    time, naming what it runs, for ``auto`` and the explicit path alike."""
+    import afd_plugin.worker_selection as selection
+
+    real = selection.worker_in_build
+    monkeypatch.setattr(
+        selection, "worker_in_build", lambda path: ".npu." not in path and real(path)
+    )
+    for role in ("attention", "ffn"):
+        for requested in ("auto", AUTO_WORKERS[("npu", role)]):
+            with pytest.raises(AFDConfigError, match="is not in this build") as info:
+                resolve_worker_cls(requested, "npu", afd(role))
+            assert "this build runs AFD on: cpu, cuda" in str(info.value)
 
 
 @pytest.mark.parametrize(("platform", "role"), BUILT)

@@ -53,6 +53,13 @@ def normalize_afd_config(
     platform = current_platform_name()
     worker = resolve_worker_cls(requested_worker, platform, afd)
     vllm_config.parallel_config.worker_cls = worker
+    if platform == "npu" and requested_worker == "auto":
+        # Ascend's platform resolved (this runs inside its config hook): the
+        # fix vllm-ascend applied for "auto" workers, which the AFD worker
+        # replaces (compat/npu/runtime_config.py).
+        from afd_plugin.compat.npu.runtime_config import apply_non_sp_all2all
+
+        apply_non_sp_all2all(vllm_config)
     validate_role(vllm_config, afd, platform, enable_dbo=requested_dbo)
     if not afd.is_attention:
         # The FFN role holds no KV cache; vLLM's prefix-caching coordinator

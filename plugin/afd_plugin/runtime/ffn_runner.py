@@ -45,10 +45,12 @@ class AFDFFNRunnerMixin(AFDRoleRunnerMixin):
     def afd_device(self) -> torch.device:
         return torch.device("cpu")
 
-    def afd_forward_context(self, num_tokens: int) -> AbstractContextManager[Any]:
+    def afd_forward_context(
+        self, num_tokens: int, profile: bool = False
+    ) -> AbstractContextManager[Any]:
         """The forward context the FFN blocks run in (vLLM's MoE layers find
-        themselves through it); a platform whose layers read another one
-        (Ascend) overrides this."""
+        themselves through it; ``profile``: a profile step); a platform whose
+        layers read another one (Ascend) overrides this."""
         return set_forward_context(None, self.vllm_config, num_tokens=num_tokens)
 
     def afd_serve_step(
@@ -60,7 +62,8 @@ class AFDFFNRunnerMixin(AFDRoleRunnerMixin):
         needs no AFD metadata in it (the daemon holds the step)."""
         connector, model = self.afd_connector, self.model
         total = sum(p.total_tokens for p in payloads)
-        with torch.inference_mode(), self.afd_forward_context(total):
+        profile = kind is StepKind.PROFILE
+        with torch.inference_mode(), self.afd_forward_context(total, profile):
             serve_ffn_step(
                 connector,
                 model.run_ffn_layer,
