@@ -47,7 +47,12 @@ TARGETS: dict[str, dict[str, list[str]]] = {
         ],
     },
     "vllm_ascend/worker/v2/model_runner.py": {
-        "NPUModelRunner": ["__init__", "execute_model", "profile_run"],
+        "NPUModelRunner": [
+            "__init__",
+            "execute_model",
+            "profile_run",
+            "initialize_kv_cache",
+        ],
     },
     "vllm_ascend/ascend_forward_context.py": {
         "": ["set_ascend_forward_context", "override_mrv2_in_profile_run"],
@@ -70,6 +75,7 @@ def parameters(node: ast.FunctionDef) -> dict[str, object]:
 
 def extract(git_dir: str, commit: str) -> dict[str, object]:
     entries: dict[str, object] = {}
+    classes: dict[str, object] = {}
     for path, wanted in TARGETS.items():
         source = subprocess.run(
             ["git", "--git-dir", git_dir, "show", f"{commit}:{path}"],
@@ -83,6 +89,19 @@ def extract(git_dir: str, commit: str) -> dict[str, object]:
         for node in tree.body:
             if isinstance(node, ast.ClassDef):
                 scopes[node.name] = node.body
+                if node.name in wanted:
+                    # Every method the class defines itself: an AFD override
+                    # of one that is not recorded above is caught by the test.
+                    classes[f"{module}:{node.name}"] = {
+                        "file": path,
+                        "line": node.lineno,
+                        "bases": [ast.unparse(b) for b in node.bases],
+                        "methods": sorted(
+                            n.name
+                            for n in node.body
+                            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                        ),
+                    }
         for owner, names in wanted.items():
             functions = {
                 n.name: n
@@ -94,7 +113,12 @@ def extract(git_dir: str, commit: str) -> dict[str, object]:
                     raise SystemExit(f"{path}: {owner}.{name} not found at {commit}")
                 key = f"{module}:{owner + '.' if owner else ''}{name}"
                 entries[key] = {"file": path, **parameters(functions[name])}
-    return {"repository": "vllm-project/vllm-ascend", "commit": commit, "api": entries}
+    return {
+        "repository": "vllm-project/vllm-ascend",
+        "commit": commit,
+        "api": entries,
+        "classes": classes,
+    }
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from afd_plugin.connectors.registry import AFDConnectorFactory
 from afd_plugin.envs import ENV_VARS
 from afd_plugin.graph_policy import allowed_graph_modes
 from afd_plugin.model_support import MODEL_FAMILIES
+from afd_plugin.validation import runner_not_in_build
 
 # Platforms whose runtime this repository's own CI runs end to end
 # (`tox -e e2e`); every other implemented path awaits a hardware run.
@@ -48,11 +49,19 @@ def _code(items: Iterable[str]) -> str:
     return ", ".join(f"`{i}`" for i in items)
 
 
+def _modes(platform: str, runner: str, modes: Iterable[str]) -> str:
+    """The modes the rules allow, those this build's runners lack marked."""
+    return ", ".join(
+        f"`{m}`" + (" (not built)" if runner_not_in_build(platform, runner, m) else "")
+        for m in modes
+    )
+
+
 def connector_table() -> str:
     rows = []
     for spec in AFDConnectorFactory.specs():
         modes = "; ".join(
-            f"{runner}: {_code(found)}"
+            f"{runner}: {_modes(spec.platform, runner, found)}"
             for runner in ("v1", "v2")
             if (
                 found := allowed_graph_modes(
@@ -88,19 +97,31 @@ def connector_table() -> str:
     )
 
 
+def _runs(platforms: Iterable[str]) -> str:
+    """Where a family's role-split model has run end to end."""
+    ci = [p for p in platforms if p in CI_PLATFORMS]
+    rest = [p for p in platforms if p not in CI_PLATFORMS]
+    parts = [f"{', '.join(ci)} in CI"] if ci else []
+    if rest:
+        parts.append(f"{', '.join(rest)}: no hardware run yet")
+    return "; ".join(parts)
+
+
 def model_table() -> str:
     rows = [
         [
             fam.family,
             _code(fam.architectures),
             ", ".join(fam.platforms),
+            _runs(fam.platforms) if any(fam.in_build(a) for a in fam.architectures)
+            else "nowhere yet",
             "either side" if fam.gate_on_attention else "FFN only",
             _code(a for a in fam.architectures if fam.in_build(a)) or "not yet",
             fam.notes,
         ]
         for fam in MODEL_FAMILIES
     ]
-    header = ["Model family", "Architectures", "Platforms", "Gate"]
+    header = ["Model family", "Architectures", "Platforms", "Run end to end", "Gate"]
     return _table([*header, "Role-split model in this build", "Notes"], rows)
 
 

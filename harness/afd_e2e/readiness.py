@@ -67,13 +67,22 @@ def probe_health(base_url: str, *, timeout_s: float = 2.0) -> ProbeResult:
     return ProbeResult(status == 200, f"GET /health: HTTP {status}")
 
 
+PROBE_PROMPT = (
+    "The attention and FFN servers of this deployment answer one greedy token "
+    "to show that they are ready."
+)
+"""A sentence, not a word: vLLM 0.32's CPU attention on AMX (bf16) dies with
+an illegal instruction on prompts of a few tokens ("Hi", "Hello" with the
+tiny models' tokenizer); a probe must not be what kills a server."""
+
+
 def probe_completion(
     base_url: str, model: str, *, timeout_s: float = 30.0
 ) -> ProbeResult:
     """One greedy 1-token ``POST /v1/completions``; ready on 200 with choices."""
     body: dict[str, object] = {
         "model": model,
-        "prompt": "Hello",
+        "prompt": PROBE_PROMPT,
         "max_tokens": 1,
         "temperature": 0,
     }

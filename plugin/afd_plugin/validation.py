@@ -305,6 +305,39 @@ def _check_worker(cfg: AFDConfig, dep: Deployment, errors: list[FieldError]) -> 
         _absent(errors, f"{DEP}.platform", worker_not_in_build(path))
 
 
+def runner_not_in_build(
+    platform: str, model_runner: str, graph_mode: str
+) -> list[tuple[str, str]]:
+    """(field, why) for each part of a platform's role runners this build
+    lacks, inside what the rules allow: the Ascend runners are model runner
+    V1 and eager (their ACL graph capture and the V2 attention runner are not
+    built yet). Empty when the build runs it."""
+    if platform != "npu":
+        return []
+    out = []
+    if model_runner == "v2":
+        why = (
+            "the AFD model runner V2 pair on Ascend is not in this build (no V2 "
+            "attention runner; both roles run one runner version): run model "
+            "runner V1"
+        )
+        out.append(("model_runner", why))
+    if graph_mode != "eager":
+        why = (
+            f"ACL graph capture in the Ascend role runners is not in this build; "
+            f"graph mode {graph_mode!r} needs it (run eager)"
+        )
+        out.append(("graph_mode", why))
+    return out
+
+
+def _check_runner_in_build(dep: Deployment, errors: list[FieldError]) -> None:
+    for field, why in runner_not_in_build(
+        dep.platform, dep.model_runner, dep.graph_mode
+    ):
+        _absent(errors, f"{DEP}.{field}", why)
+
+
 def check_deployment(cfg: AFDConfig, dep: Deployment) -> list[FieldError]:
     """Every problem of this (config, deployment) pair; empty when valid.
     Problems with ``not_in_build`` set are what this build lacks."""
@@ -313,6 +346,7 @@ def check_deployment(cfg: AFDConfig, dep: Deployment) -> list[FieldError]:
     if errors:
         return errors
     _check_worker(cfg, dep, errors)
+    _check_runner_in_build(dep, errors)
     has_cp = _check_connector(cfg, dep, errors)
     _check_model(cfg, dep, errors)
     _check_ranks(cfg, dep, errors)

@@ -282,9 +282,14 @@ def test_run_refuses_a_scenario_this_build_cannot_run(repo: Path, capsys) -> Non
     code = main(["run", "afd-dsv4-flash-async-cam-dp2tp4-ep8", "--root", str(repo)])
     err = capsys.readouterr().err
     assert code == 2
-    assert "needs what is not in this build (it awaits the Ascend role" in err
-    assert "a DeepSeek-V4 role-split model" in err
+    assert "needs what is not in this build (it awaits a DeepSeek-V4 role" in err
+    assert "'DeepseekV4ForCausalLM'" in err and "not in this build" in err
     assert "nothing was started" in err
+    code = main(["run", "npu-afd-graph-2a2f", "--root", str(repo)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "(it awaits ACL graph capture in the Ascend role runners)" in err
+    assert "graph mode 'FULL_DECODE_ONLY' needs it (run eager)" in err
 
 
 def test_stale_generated_table(repo: Path, capsys) -> None:

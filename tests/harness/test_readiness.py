@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from afd_e2e.readiness import (
+    PROBE_PROMPT,
     attention_api_probe,
     health_probe,
     probe_completion,
@@ -102,7 +103,12 @@ def test_ready_after_health_and_one_greedy_token(api: FakeApi):
         (
             "POST",
             "/v1/completions",
-            {"model": "tiny-moe", "prompt": "Hello", "max_tokens": 1, "temperature": 0},
+            {
+                "model": "tiny-moe",
+                "prompt": PROBE_PROMPT,
+                "max_tokens": 1,
+                "temperature": 0,
+            },
         ),
     ]
 

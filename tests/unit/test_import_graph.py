@@ -208,3 +208,62 @@ def test_the_native_library_is_named_only_by_its_loader() -> None:
         "afd_plugin.connectors.npu.schema",  # its docstring
         "afd_plugin.native_build",
     }, spelled
+
+
+def enclosing_functions(path: Path, wanted: str) -> list[str]:
+    """Names of the functions (innermost) whose bodies mention ``wanted`` as
+    a name or an attribute; ``<module>`` for a mention outside any."""
+    out: list[str] = []
+
+    def visit(node: ast.AST, scope: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = scope
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                inner = child.name
+            if (isinstance(child, ast.Name) and child.id == wanted) or (
+                isinstance(child, ast.Attribute) and child.attr == wanted
+            ):
+                out.append(scope)
+            visit(child, inner)
+
+    visit(ast.parse(path.read_text()), "<module>")
+    return out
+
+
+def test_the_native_library_is_loaded_only_at_connector_init() -> None:
+    """The one ``import_module`` of the native library runs inside
+    ``ensure_cam_p2p_ops_available``, which only the CAM P2P connector's
+    ``init_afd_connector`` calls (AFD-I3, AFD-I4)."""
+    ops = PLUGIN / "connectors" / "npu" / "cam_p2p_ops.py"
+    loads = [
+        scope
+        for scope in enclosing_functions(ops, "NATIVE_MODULE")
+        if scope != "<module>"
+    ]
+    tree = ast.parse(ops.read_text())
+    import_calls = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call)
+        and getattr(n.func, "attr", None) == "import_module"
+        and any(isinstance(a, ast.Name) and a.id == "NATIVE_MODULE" for a in n.args)
+    ]
+    assert len(import_calls) == 1
+    assert "ensure_cam_p2p_ops_available" in loads
+    assert set(enclosing_functions(ops, "import_module")) == {
+        "ensure_cam_p2p_ops_available"
+    }
+    callers = {
+        name: enclosing_functions(path, "ensure_cam_p2p_ops_available")
+        for name, path in plugin_modules().items()
+    }
+    calls = {
+        (name, scope)
+        for name, scopes in callers.items()
+        for scope in scopes
+        if scope != "<module>"
+    }
+    assert calls == {("afd_plugin.connectors.npu.cam_p2p", "init_afd_connector")}, (
+        calls
+    )
+

@@ -3,7 +3,8 @@
 of a copy of the repository (its git files; nothing is written into the
 checkout) compiles nothing, with ``CC``/``CXX`` set to ``/bin/false`` to
 prove it, and gives a pure wheel without native files; forcing the Ascend
-ops there fails with the message that says what is missing.
+ops there fails with the message that says what is missing. The sdist
+carries ``csrc/`` so that an Ascend machine can build from it.
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ from __future__ import annotations
 import email.parser
 import os
 import re
-import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
 import pytest
+from repo_copy import copy_of_the_repo
 
 from afd_plugin import native_build as nb
 
@@ -25,32 +27,6 @@ ROOT = Path(__file__).resolve().parents[2]
 NATIVE_SUFFIXES = (".so", ".pyd", ".dll", ".dylib", ".o", ".a", ".obj", ".lib")
 SOURCE_SUFFIXES = (".cpp", ".cc", ".c", ".h", ".hpp")
 
-if shutil.which("git") is None or not (ROOT / ".git").exists():
-    pytest.skip("needs the git checkout", allow_module_level=True)
-if Path(nb.DEFAULT_TOOLKIT).is_dir():
-    pytest.skip("an Ascend toolkit is installed here", allow_module_level=True)
-
-
-def copy_of_the_repo(dest: Path) -> Path:
-    """The files git tracks or would track (untracked, not ignored), as they
-    are in the working tree."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        check=True,
-    ).stdout.split(b"\0")
-    for raw in listed:
-        if not raw:
-            continue
-        rel = os.fsdecode(raw)
-        src = ROOT / rel
-        if not src.is_file():  # deleted in the working tree
-            continue
-        target = dest / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, target)
-    return dest
 
 
 def pip_wheel(
@@ -142,3 +118,36 @@ def test_an_invalid_switch_fails_the_build(tmp_path: Path) -> None:
     log = result.stdout + result.stderr
     assert result.returncode != 0
     assert f"{nb.SWITCH}='sometimes': use 1/true/yes/on" in log, log[-4000:]
+
+
+def test_the_sdist_carries_the_native_sources_and_compiles_nothing(
+    tmp_path: Path,
+) -> None:
+    """An Ascend machine builds from the sdist: it holds csrc/ (MANIFEST.in),
+    setup.py and the build decision it loads by path."""
+    src = copy_of_the_repo(tmp_path / "src")
+    out = tmp_path / "sdist"
+    build = "import sys; from setuptools import build_meta as b; "
+    build += "print(b.build_sdist(sys.argv[1]))"
+    result = subprocess.run(
+        [sys.executable, "-c", build, str(out)],
+        cwd=src,
+        env={**os.environ, "CC": "/bin/false", "CXX": "/bin/false"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    [sdist] = list(out.glob("afd_plugin-*.tar.gz"))
+    with tarfile.open(sdist) as tar:
+        names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+    for wanted in (
+        "setup.py",
+        "MANIFEST.in",
+        "csrc/npu/afd_ascend_ops.cpp",
+        "csrc/npu/afd_cam_p2p_kernels.h",
+        "plugin/afd_plugin/native_build.py",
+    ):
+        assert wanted in names, wanted
+    assert [n for n in names if n.endswith(NATIVE_SUFFIXES)] == []
+

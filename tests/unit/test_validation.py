@@ -469,6 +469,34 @@ def test_an_unimplemented_connector_is_not_in_this_build(
     assert "P2pGlooAFDConnector, P2pNcclAFDConnector" in connector[0]
 
 
+@pytest.mark.parametrize("role", ["attention", "ffn"])
+def test_ascend_graphs_and_model_runner_v2_are_not_in_this_build(role: str) -> None:
+    """The rules allow CAMP2p graphs on Ascend (V1 FULL_DECODE_ONLY, V2 FULL);
+    this build's Ascend runners are V1 and eager, so such a deployment is
+    refused at start naming what is absent, not at its first capture."""
+    config = cfg("CAMP2pAFDConnector", False, role=role)
+    assert absent(config, dep("CAMP2pAFDConnector")) == []
+    cases = {
+        ("v1", "FULL_DECODE_ONLY"): ["deployment.graph_mode"],
+        ("v2", "eager"): ["deployment.model_runner"],
+        ("v2", "FULL"): ["deployment.model_runner", "deployment.graph_mode"],
+    }
+    for (runner, mode), wanted in cases.items():
+        deployment = dep("CAMP2pAFDConnector", model_runner=runner, graph_mode=mode)
+        errors = [e for e in check_deployment(config, deployment) if e.not_in_build]
+        assert [e.path for e in errors] == wanted, (runner, mode)
+        assert all("not in this build" in e.message for e in errors)
+        assert paths(config, deployment) == set()  # within the rules
+    [graph] = absent(config, dep("CAMP2pAFDConnector", graph_mode="FULL_DECODE_ONLY"))
+    assert "ACL graph capture" in graph and "run eager" in graph
+    # The other platforms are untouched by it.
+    nccl = cfg("P2pNcclAFDConnector", False, role=role)
+    graphs = dep(
+        "P2pNcclAFDConnector", model_runner="v2", graph_mode="FULL_DECODE_ONLY"
+    )
+    assert absent(nccl, graphs) == []
+
+
 def test_every_registered_connector_is_in_this_build() -> None:
     for spec in AFDConnectorFactory.specs():
         assert spec.implemented, spec.name

@@ -106,46 +106,114 @@ def test_every_imported_vllm_ascend_name_is_recorded() -> None:
             assert target in classes or target in functions, (path.name, target)
 
 
-@pytest.mark.parametrize("path", SOURCES[:4], ids=lambda p: p.name)
-def test_every_override_matches_a_recorded_vllm_ascend_method(path: Path) -> None:
-    module = tree(path)
-    imports = ascend_imports(module)
-    local_classes = {n.name: n for n in module.body if isinstance(n, ast.ClassDef)}
-    shared = mixin_methods()
+def afd_classes() -> dict[str, ast.ClassDef]:
+    """Every class of the Ascend runtime and of the shared role mixins, by
+    name (the names are unique across these files)."""
+    out: dict[str, ast.ClassDef] = {}
+    for path in [*SOURCES, *MIXIN_SOURCES]:
+        for node in tree(path).body:
+            if isinstance(node, ast.ClassDef):
+                assert node.name not in out, node.name
+                out[node.name] = node
+    return out
 
-    def ascend_bases(cls: ast.ClassDef) -> list[str]:
-        out = []
-        for base in cls.bases:
-            if isinstance(base, ast.Name) and base.id in imports:
-                out.append(imports[base.id])
-            elif isinstance(base, ast.Name) and base.id in local_classes:
-                out += ascend_bases(local_classes[base.id])
-        return out
 
-    checked = 0
-    for cls in local_classes.values():
-        bases = ascend_bases(cls)
-        if not bases:
+def all_ascend_imports() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for path in SOURCES:
+        out.update(ascend_imports(tree(path)))
+    return out
+
+
+def linearize(
+    cls: ast.ClassDef, classes: dict[str, ast.ClassDef], imports: dict[str, str]
+) -> tuple[dict[str, tuple[str, ast.FunctionDef]], list[str]]:
+    """The methods AFD's classes give ``cls`` (first definition along the
+    bases, left to right, wins, as in these single-chain mixins) and the
+    vllm-ascend bases under them."""
+    methods: dict[str, tuple[str, ast.FunctionDef]] = {}
+    ascend: list[str] = []
+
+    def visit(node: ast.ClassDef) -> None:
+        for item in node.body:
+            if isinstance(item, ast.FunctionDef):
+                methods.setdefault(item.name, (node.name, item))
+        for base in node.bases:
+            name = base.id if isinstance(base, ast.Name) else None
+            if name in classes:
+                visit(classes[name])
+            elif name in imports:
+                ascend.append(imports[name])
+
+    visit(cls)
+    return methods, ascend
+
+
+def concrete_ascend_classes() -> list[str]:
+    classes, imports = afd_classes(), all_ascend_imports()
+    return [
+        name
+        for path in SOURCES[:4]
+        for node in tree(path).body
+        if isinstance(node, ast.ClassDef)
+        and not node.name.startswith("_")
+        and "Mixin" not in node.name
+        and (name := node.name)
+        and linearize(classes[name], classes, imports)[1]
+    ]
+
+
+def test_the_runtime_defines_the_four_role_classes_and_the_v2_ffn_runner() -> None:
+    assert sorted(concrete_ascend_classes()) == [
+        "AFDAttentionNPUModelRunner",
+        "AFDAttentionNPUWorker",
+        "AFDFFNNPUModelRunner",
+        "AFDFFNNPUModelRunnerV2",
+        "AFDFFNNPUWorker",
+    ]
+
+
+@pytest.mark.parametrize("name", concrete_ascend_classes())
+def test_every_override_matches_a_recorded_vllm_ascend_method(name: str) -> None:
+    """Each method AFD's classes (its own, the Ascend helpers and the shared
+    role mixins) put over a vllm-ascend base: when that base defines it, it is
+    recorded and ours accepts its parameters; otherwise the base inherits it
+    from vLLM (checked against vLLM in tests/runtime/test_patch_targets.py)."""
+    classes, imports = afd_classes(), all_ascend_imports()
+    methods, bases = linearize(classes[name], classes, imports)
+    assert len(bases) == 1, bases
+    [base] = bases
+    defined = MANIFEST["classes"][base]
+    checked = []
+    for method, (owner, node) in methods.items():
+        if method.startswith(("afd_", "_afd")):
             continue
-        for node in cls.body:
-            if not isinstance(node, ast.FunctionDef):
-                continue
-            recorded = [
-                API[f"{b}.{node.name}"] for b in bases if f"{b}.{node.name}" in API
-            ]
-            if not recorded:
-                assert node.name.startswith("afd_") or node.name in shared, (
-                    f"{cls.name}.{node.name} overrides no recorded vllm-ascend "
-                    f"method of {bases}: add it to scripts/vllm_ascend_api.py"
-                )
-                continue
-            for theirs in recorded:
-                why = accepts(node, theirs)
-                assert why is None, (
-                    f"{cls.name}.{node.name} {why} ({theirs['file']}:{theirs['line']})"
-                )
-                checked += 1
-    assert checked > 0 or path.name == "role_worker.py"
+        key = f"{base}.{method}"
+        if key not in API:
+            assert method not in defined["methods"], (
+                f"{owner}.{method} overrides {base}.{method} "
+                f"({defined['file']}), which the manifest does not record: add "
+                f"it to TARGETS in scripts/vllm_ascend_api.py"
+            )
+            continue
+        theirs = API[key]
+        why = accepts(node, theirs)
+        where = f"{theirs['file']}:{theirs['line']}"
+        assert why is None, f"{owner}.{method} {why} ({where})"
+        checked.append(method)
+    assert "__init__" in checked  # the role classes are built as vllm-ascend's
+
+
+def test_the_v2_runner_overrides_of_vllm_methods_are_inherited_there() -> None:
+    """The V2 FFN runner overrides load_model, get_model, _dummy_run and
+    capture_model, which vllm-ascend's V2 runner takes from vLLM's own V2
+    runner: the manifest says so, so a vllm-ascend commit that starts
+    defining them fails the test above."""
+    v2 = MANIFEST["classes"]["vllm_ascend.worker.v2.model_runner:NPUModelRunner"]
+    assert v2["bases"] == ["GPUModelRunner"]
+    for method in ("load_model", "get_model", "_dummy_run", "capture_model"):
+        assert method not in v2["methods"], method
+    assert "initialize_kv_cache" in v2["methods"]
 
 
 def test_calls_of_vllm_ascend_functions_pass_recorded_parameters() -> None:

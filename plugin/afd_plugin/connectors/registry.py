@@ -167,9 +167,11 @@ for _spec in (
         has_control_plane=True,
         synchronous=True,
         stages="decode",
-        notes="CAM P2P ops `afd_ascend::a2e/e2a` (native kernels from "
-        "csrc/npu, loaded at connector init; or `ops: reference`, their CPU "
-        "kernels over shared memory or gloo); gloo control plane; bf16; FFN "
+        notes="CAM P2P ops `afd_ascend::a2e/e2a` (on Ascend the native "
+        "library built from csrc/npu, loaded at connector init: its torch "
+        "binding is there, its AscendC kernels are not in this repository; or "
+        "`ops: reference`, their CPU kernels over shared memory or gloo); "
+        "gloo control plane; bf16; FFN "
         "ranks first, attention `a` in slot `a // F` of FFN `a % F`; equal "
         "token counts inside one FFN group.",
         cpu_reference=True,

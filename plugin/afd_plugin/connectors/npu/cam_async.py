@@ -129,8 +129,7 @@ class CAMAsyncAFDConnector(AFDConnector):
         if self.extra.ops == "ascend":
             raise CamOpsUnavailable(
                 "CAMAsyncAFDConnector with ops 'ascend': the CAM library loaded, "
-                "but its communicators come with the Ascend role workers, which "
-                "this build does not hold"
+                "but the HCCL communicators its ops run on are not in this build"
             )
         assert self.spec is not None
         me = world.global_rank

@@ -100,8 +100,8 @@ class CAMP2pAFDConnector(P2pAFDConnectorBase):
         if self.extra.ops == "ascend":
             raise CamOpsUnavailable(
                 "CAMP2pAFDConnector with ops 'ascend': the native kernels "
-                "loaded, but the HCCL communicators they run on come with the "
-                "Ascend role workers, which this build does not hold"
+                "loaded, but the HCCL communicators they run on (one per "
+                "micro-batch stage) are not in this build"
             )
         reference.ensure_reference_ops()
         peers = (self.ffn_peer,) if self.is_attention else self.attention_peers
