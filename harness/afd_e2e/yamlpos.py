@@ -75,20 +75,53 @@ def _mark(node: yaml.Node) -> tuple[int, int]:
 
 
 _CONSTRUCTOR = yaml.constructor.SafeConstructor()
+MAX_DEPTH = 64
+"""Deepest nesting a scenario may have (the real ones use five levels)."""
+_PLAIN_TAGS = ("tag:yaml.org,2002:seq", "tag:yaml.org,2002:map")
 
 
-def _build(node: yaml.Node, path: Path_, doc: YamlDoc) -> Any:
-    if isinstance(node, yaml.ScalarNode):
+class _Refused(Exception):
+    """A node this reader does not build; the document gets one error."""
+
+    def __init__(self, node: yaml.Node, message: str) -> None:
+        super().__init__(message)
+        self.mark = _mark(node)
+
+
+def _scalar(node: yaml.ScalarNode) -> Any:
+    try:
         return _CONSTRUCTOR.construct_object(node, deep=True)
+    except (yaml.YAMLError, ValueError, KeyError, AttributeError, TypeError) as exc:
+        problem = getattr(exc, "problem", None) or str(exc) or type(exc).__name__
+        message = f"cannot read the value {node.value[:40]!r}: {problem}"
+        raise _Refused(node, message) from None
+
+
+def _build(
+    node: yaml.Node, path: Path_, doc: YamlDoc, seen: set[int], depth: int = 0
+) -> Any:
+    if depth > MAX_DEPTH:
+        raise _Refused(node, f"nested deeper than {MAX_DEPTH} levels")
+    if isinstance(node, yaml.ScalarNode):
+        return _scalar(node)
+    if id(node) in seen:
+        # compose() hands out one node for an anchor and all its aliases:
+        # building it again would expand an alias bomb (or loop on itself).
+        raise _Refused(
+            node, "YAML aliases of collections are not allowed here (use extends:)"
+        )
+    seen.add(id(node))
+    if node.tag not in _PLAIN_TAGS:
+        raise _Refused(node, f"unsupported YAML tag {node.tag[:60]!r}")
     if isinstance(node, yaml.SequenceNode):
         items = []
         for index, item in enumerate(node.value):
             doc.positions[(*path, index)] = _mark(item)
-            items.append(_build(item, (*path, index), doc))
+            items.append(_build(item, (*path, index), doc, seen, depth + 1))
         return items
     out: dict[Any, Any] = {}
     for key_node, value_node in node.value:
-        key = _build(key_node, path, doc)
+        key = _build(key_node, path, doc, seen, depth + 1)
         line, col = _mark(key_node)
         if not isinstance(key, str):
             doc.errors.append(
@@ -110,12 +143,13 @@ def _build(node: yaml.Node, path: Path_, doc: YamlDoc) -> Any:
             )
             continue
         doc.positions[(*path, key)] = (line, col)
-        out[key] = _build(value_node, (*path, key), doc)
+        out[key] = _build(value_node, (*path, key), doc, seen, depth + 1)
     return out
 
 
 def load_text(text: str, file: str) -> YamlDoc:
-    """Parse one YAML document; syntax errors become positioned errors."""
+    """Parse one YAML document; syntax errors and values this reader refuses
+    become positioned errors (never another exception)."""
     doc = YamlDoc(file=file, data=None)
     try:
         node = yaml.compose(text, Loader=_Loader)
@@ -125,11 +159,28 @@ def load_text(text: str, file: str) -> YamlDoc:
         problem = getattr(exc, "problem", None) or str(exc)
         doc.errors.append(Located(file, line, col, "", f"YAML syntax error: {problem}"))
         return doc
+    except RecursionError:
+        doc.errors.append(Located(file, 1, 1, "", "YAML nested too deep"))
+        return doc
     if node is not None:
         doc.positions[()] = _mark(node)
-        doc.data = _build(node, (), doc)
+        try:
+            doc.data = _build(node, (), doc, set())
+        except _Refused as exc:
+            line, col = exc.mark
+            doc.errors.append(Located(file, line, col, "", str(exc)))
+            doc.data = None
     return doc
 
 
 def load_file(path: Path, display: str | None = None) -> YamlDoc:
-    return load_text(path.read_text(encoding="utf-8"), display or str(path))
+    name = display or str(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        doc = YamlDoc(file=name, data=None)
+        doc.errors.append(
+            Located(name, 1, 1, "", f"not UTF-8 text (byte {exc.start}): {exc.reason}")
+        )
+        return doc
+    return load_text(text, name)

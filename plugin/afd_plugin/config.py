@@ -51,7 +51,11 @@ class AFDConfig(BaseModel):
     """Common AFD settings shared by both roles of one deployment."""
 
     model_config = ConfigDict(
-        extra="forbid", strict=True, frozen=True, use_attribute_docstrings=True
+        extra="forbid",
+        strict=True,
+        frozen=True,
+        use_attribute_docstrings=True,
+        allow_inf_nan=False,
     )
 
     role: Role
@@ -65,6 +69,24 @@ class AFDConfig(BaseModel):
 
     port: int = Field(default=29650, ge=1, le=65535)
     """TCP port of the rendezvous endpoint; both roles must use the same one."""
+
+    bind_host: str | None = Field(default=None, min_length=1, max_length=255)
+    """Local address this server's AFD sockets bind to (its gloo pairs and its
+    rendezvous connection); default: the interface that reaches `host`
+    (127.0.0.1 when `host` is loopback). The first FFN rank's rendezvous always
+    listens on `host` itself; nothing binds to every interface."""
+
+    secret_env: str | None = Field(
+        default=None, min_length=1, max_length=255, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$"
+    )
+    """Name of an environment variable holding the deployment's rendezvous
+    secret (at least 16 bytes; every server of the deployment sets the same).
+    A peer must prove it holds it before it reads or writes anything. The
+    secret itself never goes in `additional_config`, which vLLM logs."""
+
+    secret_file: str | None = Field(default=None, min_length=1, max_length=4096)
+    """Path of a file holding the rendezvous secret (instead of `secret_env`;
+    surrounding whitespace is stripped)."""
 
     num_attention_ranks: int = Field(default=1, ge=1)
     """Number of attention ranks in the deployment (attention DP x TP)."""
@@ -89,6 +111,19 @@ class AFDConfig(BaseModel):
     """Start even when the installed vLLM is not the release the plugin targets."""
 
     _extra: Any = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _one_secret_source(self) -> AFDConfig:
+        if self.secret_env is not None and self.secret_file is not None:
+            raise AFDConfigError(
+                [
+                    FieldError(
+                        f"{CONFIG_PATH}.secret_file",
+                        "set secret_env or secret_file, not both",
+                    )
+                ]
+            )
+        return self
 
     @model_validator(mode="after")
     def _parse_extra(self) -> AFDConfig:
@@ -146,15 +181,27 @@ def parse_afd_config(additional_config: Mapping[str, Any] | None) -> AFDConfig |
     Raises ``AFDConfigError`` listing every problem, common fields and the
     connector's own ``connector_extra_config`` schema alike.
     """
-    if additional_config is None or "afd" not in additional_config:
+    if additional_config is None:
+        return None
+    if not isinstance(additional_config, Mapping):
+        raise AFDConfigError(
+            [
+                FieldError(
+                    "additional_config",
+                    f"must be a mapping, got {describe(additional_config)}",
+                )
+            ]
+        )
+    if "afd" not in additional_config:
         return None
     raw = additional_config["afd"]
     if isinstance(raw, str):
         try:
             raw = json.loads(raw)
-        except json.JSONDecodeError as exc:
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError too
+            why = str(exc) if not isinstance(exc, RecursionError) else "nested too deep"
             raise AFDConfigError(
-                [FieldError(CONFIG_PATH, f"is not valid JSON: {exc}")]
+                [FieldError(CONFIG_PATH, f"is not valid JSON: {why[:200]}")]
             ) from None
     if not isinstance(raw, Mapping):
         raise AFDConfigError(

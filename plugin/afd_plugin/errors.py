@@ -50,7 +50,15 @@ class AFDConfigError(ValueError):
 
 def describe(value: Any) -> str:
     """A short ``repr`` of a user value with its type, for error messages."""
-    text = repr(value)
+    huge = isinstance(value, int) and not isinstance(value, bool)
+    if huge and value.bit_length() > 128:
+        # repr() refuses ints of more than 4300 digits; nobody reads that many.
+        sign = "-" if value < 0 else ""
+        return f"{sign}<an integer of {value.bit_length()} bits> (int)"
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):
+        text = f"<{type(value).__name__}>"
     if len(text) > 60:
         text = text[:57] + "..."
     return f"{text} ({type(value).__name__})"
@@ -88,7 +96,7 @@ def pydantic_message(err: Mapping[str, Any], allowed_fields: Sequence[str] = ())
     if kind in ("dict_type", "model_type"):
         return f"must be a mapping, got {describe(value)}"
     if kind.startswith(("greater_than", "less_than")):
-        return f"{err['msg'].replace('Input should', 'must')}, got {value!r}"
+        return f"{err['msg'].replace('Input should', 'must')}, got {describe(value)}"
     return f"{err['msg']}, got {describe(value)}"
 
 

@@ -13,7 +13,11 @@ class ExtraConfigSchema(BaseModel):
     """A connector's own settings: strict types, no unknown fields, frozen."""
 
     model_config = ConfigDict(
-        extra="forbid", strict=True, frozen=True, use_attribute_docstrings=True
+        extra="forbid",
+        strict=True,
+        frozen=True,
+        use_attribute_docstrings=True,
+        allow_inf_nan=False,
     )
 
     def graph_refusal(self) -> tuple[str, str] | None:

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""One AFD world over gloo: TCP-store rendezvous, peer identities, bounded
-point-to-point operations whose failures name the peer.
+"""One AFD world over gloo: the authenticated rendezvous, peer identities,
+bounded point-to-point operations whose failures name the peer.
 
 Shared by every point-to-point connector: the CPU data path and the control
 plane (the metadata group) of the CUDA one. Its own store and process group,
@@ -11,19 +11,37 @@ torch.distributed's default group, which vLLM owns.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import socket
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import torch
-from torch.distributed import PrefixStore, ProcessGroupGloo, TCPStore
+from torch.distributed import PrefixStore, ProcessGroupGloo
 
 from afd_plugin.connectors.base import AFDPeerError, ExchangeSpec
+from afd_plugin.connectors.rendezvous import (
+    HostStore,
+    PeerStore,
+    RendezvousClosed,
+    RendezvousServer,
+    RendezvousStore,
+)
+from afd_plugin.rendezvous_protocol import (
+    Join,
+    PeerRecord,
+    RendezvousProtocolError,
+    is_loopback,
+    load_secret,
+    new_nonce,
+)
 from afd_plugin.topology import WorldLayout
+
+if TYPE_CHECKING:
+    from afd_plugin.config import AFDConfig
 
 logger = logging.getLogger("afd_plugin")
 
@@ -64,10 +82,14 @@ def machine_id() -> str:
     return f"{socket.gethostname()}/{boot}"
 
 
-def _local_address(host: str, port: int) -> str:
-    """The address this process uses to reach the rendezvous host."""
+def local_address(host: str, port: int) -> str:
+    """The address of the interface this process reaches the rendezvous host
+    through (loopback for a loopback host)."""
+    if is_loopback(host):
+        return "127.0.0.1" if ":" not in host else "::1"
     try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
             probe.connect((host, port))
             return probe.getsockname()[0]
     except OSError:
@@ -86,6 +108,9 @@ class GlooWorld:
         port: int,
         rendezvous_timeout_s: float,
         peer_timeout_s: float,
+        *,
+        secret: bytes | None = None,
+        bind_host: str | None = None,
     ) -> None:
         self.layout = layout
         self.role = role
@@ -96,10 +121,32 @@ class GlooWorld:
         self._port = port
         self._rendezvous_timeout = timedelta(seconds=rendezvous_timeout_s)
         self.peer_timeout = timedelta(seconds=peer_timeout_s)
+        self._secret = secret
+        self.bind_host = bind_host or (
+            host if self.global_rank == 0 else local_address(host, port)
+        )
+        """Where this rank's sockets bind: its gloo pairs, and the rendezvous
+        itself on global rank 0 (``host``)."""
         self.peers: dict[int, PeerInfo] = {}
-        self._store: TCPStore | None = None
+        self._store: RendezvousStore | None = None
         self._pg: ProcessGroupGloo | None = None
         self._left = False
+
+    @classmethod
+    def of(cls, config: AFDConfig, layout: WorldLayout, rank: int) -> GlooWorld:
+        """This rank's world as the AFD config describes it (rendezvous address,
+        timeouts from the connector's extra config, secret, bind address)."""
+        return cls(
+            layout,
+            config.role,
+            rank,
+            config.host,
+            config.port,
+            config.extra.rendezvous_timeout_s,
+            config.extra.peer_timeout_s,
+            secret=load_secret(config.secret_env, config.secret_file),
+            bind_host=config.bind_host,
+        )
 
     # -- rendezvous ---------------------------------------------------------
 
@@ -140,11 +187,15 @@ class GlooWorld:
                 + "; ".join(problems)
             )
         try:
+            options = ProcessGroupGloo._Options()
+            options._timeout = self._rendezvous_timeout
+            # The pairs listen on this rank's own address, not every interface.
+            options._devices = [ProcessGroupGloo.create_device(hostname=self.bind_host)]
             self._pg = ProcessGroupGloo(
                 PrefixStore("gloo", self._store),
                 self.global_rank,
                 self.layout.world_size,
-                self._rendezvous_timeout,
+                options,
             )
         except RuntimeError as exc:
             raise AFDPeerError(
@@ -165,22 +216,31 @@ class GlooWorld:
         """Publish who this rank is and what it exchanges, read every peer's
         record, and report any disagreement on the spec."""
         assert self._store is not None
-        me = PeerInfo(
+        mine = PeerRecord(
             self.role,
             self.rank,
-            _local_address(self._host, self._port),
+            self.bind_host,
             os.getpid(),
             machine_id(),
+            spec.to_dict(),
         )
-        record = {"peer": me.__dict__, "spec": spec.to_dict()}
-        self._store.set(f"peer/{self.global_rank}", json.dumps(record))
+        self._store.set(f"peer/{self.global_rank}", mine.encode())
         ranks = range(self.layout.world_size)
         self._wait_for([f"peer/{g}" for g in ranks], started)
         problems: list[str] = []
         for g in ranks:
-            raw = json.loads(self._store.get(f"peer/{g}"))
-            self.peers[g] = PeerInfo(**raw["peer"])
-            for diff in spec.differences(ExchangeSpec.from_dict(raw["spec"])):
+            try:
+                record = PeerRecord.decode(self._store.get(f"peer/{g}"))
+            except RendezvousProtocolError as exc:
+                raise AFDPeerError(
+                    f"{self.me()}: the AFD rendezvous record of global rank {g} at "
+                    f"{self.address} is malformed: {exc}"
+                ) from None
+            self.peers[g] = PeerInfo(
+                record.role, record.rank, record.host, record.pid, record.machine
+            )
+            theirs = ExchangeSpec.from_dict(record.spec)
+            for diff in spec.differences(theirs):
                 problems.append(f"{self.describe(g)} disagrees on {diff}")
         # The store lives in global rank 0: it stays up until everyone has read.
         self._store.set(f"read/{self.global_rank}", "1")
@@ -189,23 +249,54 @@ class GlooWorld:
                 self._store.wait([f"read/{g}" for g in ranks], _STORE_TIMEOUT)
         return problems
 
-    def _open_store(self) -> TCPStore:
-        is_master = self.global_rank == 0
-        try:
-            return TCPStore(
-                self._host,
-                self._port,
-                None,
-                is_master,
-                timeout=self._rendezvous_timeout,
-                wait_for_workers=False,
-            )
-        except (RuntimeError, OSError) as exc:
-            if is_master:
+    def _join_message(self) -> Join:
+        return Join(
+            rank=self.global_rank,
+            world_size=self.layout.world_size,
+            pid=os.getpid(),
+            role=self.role,
+            role_rank=self.rank,
+            nonce=new_nonce(),
+            proof="",
+        )
+
+    def _open_store(self) -> RendezvousStore:
+        if self.global_rank == 0:
+            if self._secret is None and not is_loopback(self._host):
+                logger.warning(
+                    "afd-plugin: the AFD rendezvous listens on %s, which is not "
+                    "loopback, and the deployment has no secret: anyone who "
+                    "reaches that address can join as a rank or read the world's "
+                    "records; set additional_config.afd.secret_env or secret_file "
+                    "on every server",
+                    self.address,
+                )
+            try:
+                server = RendezvousServer(
+                    self._host,
+                    self._port,
+                    self.layout.world_size,
+                    self._secret,
+                    self.address,
+                )
+            except OSError as exc:
                 raise AFDPeerError(
                     f"{self.me()} could not listen for the AFD rendezvous on "
                     f"{self.address} (additional_config.afd.host/port): {exc}"
                 ) from exc
+            return HostStore(server, self._join_message(), self._rendezvous_timeout)
+        try:
+            return PeerStore(
+                self._host,
+                self._port,
+                self._join_message(),
+                self._secret,
+                self._rendezvous_timeout,
+                source=self.bind_host,
+            )
+        except AFDPeerError as exc:
+            raise AFDPeerError(f"{self.me()}: {exc}") from None
+        except (RendezvousClosed, RendezvousProtocolError, OSError) as exc:
             raise AFDPeerError(
                 f"{self.me()} could not reach the AFD rendezvous at {self.address} "
                 f"within {self._rendezvous_timeout.total_seconds():.0f}s "
@@ -303,7 +394,7 @@ class GlooWorld:
         return self._check(f"left/{global_rank}")
 
     @property
-    def store(self) -> TCPStore:
+    def store(self) -> RendezvousStore:
         """The rendezvous store (hosted by global rank 0), for data-path set-up."""
         if self._store is None:
             raise RuntimeError(f"{self.me()}: the AFD world is not joined")
@@ -327,4 +418,6 @@ class GlooWorld:
         self.announce_leave()
         store, self._store = self._store, None
         pg, self._pg = self._pg, None
-        del pg, store
+        del pg
+        if store is not None:
+            store.close()

@@ -212,15 +212,7 @@ class P2pAFDConnectorBase(AFDConnector):
             raise RuntimeError(
                 f"{type(self).__name__}.bind(spec) must come before init"
             )
-        self.world = GlooWorld(
-            self.layout,
-            self.config.role,
-            self.rank,
-            self.config.host,
-            self.config.port,
-            self.extra.rendezvous_timeout_s,
-            self.extra.peer_timeout_s,
-        )
+        self.world = GlooWorld.of(self.config, self.layout, self.rank)
         self.step = 0
         self.states.clear()
         self.state = None

@@ -19,6 +19,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from afd_plugin.config import parse_afd_config
+from afd_plugin.rendezvous_protocol import load_secret
 from afd_plugin.version import check_vllm_version, installed_vllm_version
 from afd_plugin.vllm_view import current_platform_name, validate_role
 from afd_plugin.worker_selection import resolve_worker_cls
@@ -50,6 +51,9 @@ def normalize_afd_config(
     )
     if warning:
         logger.warning("afd-plugin: %s", warning)
+    # The rendezvous secret is read now, so that a missing one fails the
+    # server at start naming the field, not its rendezvous later.
+    load_secret(afd.secret_env, afd.secret_file)
     platform = current_platform_name()
     worker = resolve_worker_cls(requested_worker, platform, afd)
     vllm_config.parallel_config.worker_cls = worker

@@ -108,15 +108,7 @@ class CAMAsyncAFDConnector(AFDConnector):
         if self.extra.ops == "ascend":
             # Before the rendezvous: a rank without the library says so at once.
             ensure_cam_async_ops_available()
-        self.world = GlooWorld(
-            self.layout,
-            self.config.role,
-            self.rank,
-            self.config.host,
-            self.config.port,
-            self.extra.rendezvous_timeout_s,
-            self.extra.peer_timeout_s,
-        )
+        self.world = GlooWorld.of(self.config, self.layout, self.rank)
         self.dispatches = 0
         self.world.join(self.spec)
         try:
