@@ -18,6 +18,7 @@ PURE_MODULES = [
     "afd_plugin.validation",
     "afd_plugin.topology",
     "afd_plugin.wire",
+    "afd_plugin.rendezvous_protocol",
     "afd_plugin.graph_policy",
     "afd_plugin.envs",
     "afd_plugin.version",

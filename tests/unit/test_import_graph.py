@@ -26,6 +26,7 @@ CORE = {
     "afd_plugin.validation",
     "afd_plugin.topology",
     "afd_plugin.wire",
+    "afd_plugin.rendezvous_protocol",
     "afd_plugin.graph_policy",
     "afd_plugin.envs",
     "afd_plugin.connectors.registry",
