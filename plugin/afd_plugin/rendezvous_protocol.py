@@ -454,8 +454,21 @@ def load_secret(
             [FieldError(SECRET_FILE_PATH, "set secret_env or secret_file, not both")]
         )
     if secret_env is not None:
-        value = env.get(secret_env, "")
-        secret, path, where = value.encode(), SECRET_ENV_PATH, f"${secret_env}"
+        if secret_env not in env:
+            raise AFDConfigError(
+                [
+                    FieldError(
+                        SECRET_ENV_PATH,
+                        f"the environment variable {secret_env} holding the "
+                        "rendezvous secret is not set in this server's environment",
+                    )
+                ]
+            )
+        secret, path, where = (
+            env[secret_env].encode(),
+            SECRET_ENV_PATH,
+            f"${secret_env}",
+        )
     elif secret_file is not None:
         try:
             with open(secret_file, "rb") as fh:

@@ -248,7 +248,12 @@ def test_the_secret_comes_from_the_named_env_var_or_file(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     ("env", "file", "needle", "field"),
     [
-        ("AFD_SECRET", None, "at least 16 bytes, got 0", "secret_env"),
+        (
+            "AFD_SECRET",
+            None,
+            "AFD_SECRET holding the rendezvous secret is not set",
+            "secret_env",
+        ),
         (None, "/nonexistent/afd-secret", "cannot read", "secret_file"),
         ("AFD_SECRET", "/x", "not both", "secret_file"),
     ],
@@ -258,6 +263,8 @@ def test_a_missing_or_short_secret_names_its_field(
 ) -> None:
     with pytest.raises(AFDConfigError, match=needle) as info:
         load_secret(env, file, {})
+    with pytest.raises(AFDConfigError, match="at least 16 bytes, got 3"):
+        load_secret("AFD_SECRET", None, {"AFD_SECRET": "abc"})
     assert info.value.paths == (f"additional_config.afd.{field}",)
 
 

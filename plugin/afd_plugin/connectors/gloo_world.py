@@ -131,6 +131,8 @@ class GlooWorld:
         self._store: RendezvousStore | None = None
         self._pg: ProcessGroupGloo | None = None
         self._left = False
+        self._failed = False
+        """An exchange failed: closing is then not an orderly leave."""
 
     @classmethod
     def of(cls, config: AFDConfig, layout: WorldLayout, rank: int) -> GlooWorld:
@@ -374,6 +376,7 @@ class GlooWorld:
     ) -> AFDPeerError:
         """The error of a failed exchange with ``peer``, for every data path:
         who, doing what, and why (silent, closing, or gone)."""
+        self._failed = True
         if timed_out:
             why = (
                 f"no answer within {self.peer_timeout.total_seconds():.0f}s "
@@ -404,8 +407,8 @@ class GlooWorld:
         """Tell the peers this rank leaves in order (best effort, once), so a
         peer that loses the connection next reads it as a shutdown."""
         store = self._store
-        if store is None or self._pg is None or self._left:
-            return
+        if store is None or self._pg is None or self._left or self._failed:
+            return  # a rank that failed an exchange does not leave in order
         self._left = True
         try:
             store.set_timeout(_LEAVE_TIMEOUT)
