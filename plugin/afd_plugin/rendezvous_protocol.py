@@ -503,3 +503,16 @@ def is_loopback(host: str) -> bool:
     """Whether ``host`` names this machine's loopback (no lookup is done for
     other names: they count as reachable from elsewhere)."""
     return host == "localhost" or host.startswith("127.") or host == "::1"
+
+
+def exposure_warning(host: str, port: int, has_secret: bool) -> str | None:
+    """The warning a rendezvous host logs when it listens where others can
+    reach it without a secret; None on loopback or with a secret."""
+    if has_secret or is_loopback(host):
+        return None
+    return (
+        f"the AFD rendezvous listens on {host}:{port}, which is not loopback, and "
+        "the deployment has no secret: anyone who reaches that address can join "
+        "as a rank or read the world's records; set additional_config.afd."
+        "secret_env or secret_file on every server"
+    )

@@ -254,3 +254,54 @@ def test_a_proof_replayed_on_a_new_connection_is_refused(world: World) -> None:
         rdzv.write_message(sock, {**message.encode(), "proof": stolen})
         answer = rdzv.read_message(sock)
     assert answer["type"] == "refuse" and "authentication failed" in answer["reason"]
+
+
+WAITER = """
+import signal, sys
+from afd_plugin.connectors.base import ExchangeSpec, LayerExchange
+from afd_plugin.connectors.gloo_world import GlooWorld
+from afd_plugin.topology import WorldLayout
+
+def stop(signum, frame):  # as vLLM's servers do: SIGTERM raises in the main thread
+    raise SystemExit(143)
+
+signal.signal(signal.SIGTERM, stop)
+role, port = sys.argv[1], int(sys.argv[2])
+world = GlooWorld(WorldLayout(1, 1), role, 0, "127.0.0.1", port, 300.0, 5.0)
+spec = ExchangeSpec(8, "float32", "float32", (LayerExchange(0),))
+print("waiting", flush=True)
+world.join(spec)
+"""
+
+
+@pytest.mark.parametrize("role", ["ffn", "attention"])
+def test_a_rank_waiting_at_the_rendezvous_ends_on_sigterm(role: str) -> None:
+    """The rendezvous waits in Python (a condition on the host, a socket on a
+    peer), so SIGTERM ends a rank whose peer never comes: no SIGKILL needed."""
+    import signal
+    import subprocess
+    import sys
+
+    port = free_port()
+    host = None
+    if role == "attention":  # a host that admits it but never publishes itself
+        server = rdzv.RendezvousServer("127.0.0.1", port, 2, None, f"x:{port}")
+        host = rdzv.HostStore(server, join(0, 1000), TIMEOUT)
+    waiter = subprocess.Popen(
+        [sys.executable, "-c", WAITER, role, str(port)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert waiter.stdout is not None and waiter.stdout.readline() == "waiting\n"
+        time.sleep(1.0)  # inside the rendezvous wait now
+        waiter.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        assert waiter.wait(timeout=10) == 143
+        assert time.monotonic() - started < 5
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+            waiter.wait()
+        if host is not None:
+            host.close()

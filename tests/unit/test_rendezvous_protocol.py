@@ -30,6 +30,7 @@ from afd_plugin.rendezvous_protocol import (
     client_proof,
     decode_body,
     encode_frame,
+    exposure_warning,
     frame_length,
     is_loopback,
     load_secret,
@@ -271,3 +272,13 @@ def test_a_missing_or_short_secret_names_its_field(
 def test_loopback_names() -> None:
     assert all(is_loopback(h) for h in ("127.0.0.1", "127.1.2.3", "localhost", "::1"))
     assert not any(is_loopback(h) for h in ("0.0.0.0", "10.0.0.1", "example.org"))
+
+
+def test_an_exposed_rendezvous_without_a_secret_is_warned_about() -> None:
+    warning = exposure_warning("10.1.2.3", 29650, has_secret=False)
+    assert warning is not None
+    assert "10.1.2.3:29650, which is not loopback" in warning
+    assert "secret_env or secret_file" in warning
+    assert exposure_warning("10.1.2.3", 29650, has_secret=True) is None
+    assert exposure_warning("127.0.0.1", 29650, has_secret=False) is None
+

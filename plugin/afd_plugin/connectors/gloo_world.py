@@ -34,6 +34,7 @@ from afd_plugin.rendezvous_protocol import (
     Join,
     PeerRecord,
     RendezvousProtocolError,
+    exposure_warning,
     is_loopback,
     load_secret,
     new_nonce,
@@ -264,15 +265,11 @@ class GlooWorld:
 
     def _open_store(self) -> RendezvousStore:
         if self.global_rank == 0:
-            if self._secret is None and not is_loopback(self._host):
-                logger.warning(
-                    "afd-plugin: the AFD rendezvous listens on %s, which is not "
-                    "loopback, and the deployment has no secret: anyone who "
-                    "reaches that address can join as a rank or read the world's "
-                    "records; set additional_config.afd.secret_env or secret_file "
-                    "on every server",
-                    self.address,
-                )
+            warning = exposure_warning(
+                self._host, self._port, self._secret is not None
+            )
+            if warning is not None:
+                logger.warning("afd-plugin: %s", warning)
             try:
                 server = RendezvousServer(
                     self._host,
