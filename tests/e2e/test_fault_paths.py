@@ -15,15 +15,15 @@ import http.client
 import json
 import os
 import signal
-import threading
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 import pytest
+from streaming_client import StreamingClient, completion_body
 
 from afd_e2e.checks.parity import PROMPTS
 from afd_e2e.launch import HOST, free_port
@@ -32,8 +32,6 @@ from afd_e2e.servers import VllmServer, VllmServers, afd_config
 
 pytestmark = pytest.mark.e2e
 
-MAX_TOKENS = 400
-FIRST_TOKENS_S = 120.0
 EXIT_WITHIN_S = 30.0
 """A server left without its peer (or told to stop) is gone within this."""
 CHECK_PROMPTS = PROMPTS[:3]
@@ -43,67 +41,6 @@ _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 def extra(**fields: float) -> dict[str, float]:
     return {"rendezvous_timeout_s": 300.0, **fields}
-
-
-def completion_body(server: VllmServer, prompts: Sequence[str]) -> dict[str, object]:
-    return {
-        "model": server.model,
-        "prompt": list(prompts),
-        "max_tokens": MAX_TOKENS,
-        "temperature": 0.0,
-        "ignore_eos": True,
-        "stream": True,
-    }
-
-
-class Stream:
-    """A client streaming long greedy completions of ``PROMPTS`` in a thread.
-
-    ``error`` is what the user sees when the generation fails (a transport
-    error, an error event, a stream that ended short); ``ended`` is when the
-    client saw the stream end (``time.monotonic()``).
-    """
-
-    def __init__(self, server: VllmServer) -> None:
-        self.finished: dict[int, str] = {}
-        self.error: object | None = None
-        self.ended: float | None = None
-        self.streaming = threading.Event()
-        self._request = urllib.request.Request(
-            server.url("/v1/completions"),
-            data=json.dumps(completion_body(server, PROMPTS)).encode(),
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-        assert self.streaming.wait(FIRST_TOKENS_S), "no token streamed"
-        assert self.error is None and not self.finished, (self.error, self.finished)
-
-    def _run(self) -> None:
-        try:
-            with _OPENER.open(self._request, timeout=600) as response:
-                for raw in response:
-                    line = raw.decode(errors="replace").strip()
-                    if not line.startswith("data: ") or line == "data: [DONE]":
-                        continue
-                    chunk = json.loads(line.removeprefix("data: "))
-                    if "error" in chunk:
-                        self.error = chunk["error"]
-                    for choice in chunk.get("choices", []):
-                        self.streaming.set()
-                        if choice.get("finish_reason"):
-                            self.finished[choice["index"]] = choice["finish_reason"]
-        except (OSError, http.client.HTTPException, ValueError) as exc:
-            self.error = exc
-        finally:
-            self.ended = time.monotonic()
-            self.streaming.set()
-        complete = len(self.finished) == len(PROMPTS) and all(
-            reason == "length" for reason in self.finished.values()
-        )
-        if not complete and self.error is None:
-            self.error = f"the stream ended with {self.finished}"
 
 
 def tree_pids(server: VllmServer) -> set[int]:
@@ -159,7 +96,7 @@ def test_ffn_sigstopped_fails_the_request_at_peer_timeout(
         deepseek_v2, connector_extra_config=extra(peer_timeout_s=FFN_PEER_TIMEOUT_S)
     )
     attention.wait_ready()
-    client = Stream(attention)
+    client = StreamingClient(attention)
     os.killpg(ffn.pgid, signal.SIGSTOP)
     stopped = time.monotonic()
     try:

@@ -5,27 +5,19 @@ bad ``additional_config``, a wrong worker class. Each fails fast and loudly.
 
 from __future__ import annotations
 
-import http.client
-import json
 import os
 import signal
-import threading
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from streaming_client import StreamingClient
 
 from afd_e2e.checks.parity import PROMPTS
 from afd_e2e.launch import free_port
-from afd_e2e.servers import (
-    REQUEST_TIMEOUT_S,
-    VllmServer,
-    VllmServers,
-    afd_config,
-)
+from afd_e2e.servers import VllmServer, VllmServers, afd_config
 
 pytestmark = pytest.mark.e2e
 
@@ -44,71 +36,6 @@ CAM_ASYNC = {
 }
 
 
-MAX_TOKENS = 400
-FIRST_TOKENS_S = 60.0
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def generating(attention: VllmServer) -> tuple[threading.Thread, dict[str, object]]:
-    """A client streaming long greedy completions from ``attention``; returns
-    once the first tokens have arrived, so what the caller does next lands
-    mid-generation (a fixed sleep raced a tiny model's 400 steps).
-
-    ``outcome`` gets ``"finished"`` (finish reason per choice) and, when the
-    user would see the generation fail, ``"error"``: a transport error, an
-    error event in the stream, or a stream that ended before every choice
-    reached ``max_tokens``.
-    """
-    outcome: dict[str, object] = {}
-    streaming = threading.Event()
-    body = {
-        "model": attention.model,
-        "prompt": list(PROMPTS),
-        "max_tokens": MAX_TOKENS,
-        "temperature": 0.0,
-        "ignore_eos": True,
-        "stream": True,
-    }
-    request = urllib.request.Request(
-        attention.url("/v1/completions"),
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-
-    def generate() -> None:
-        finished: dict[int, str] = {}
-        outcome["finished"] = finished
-        try:
-            with _OPENER.open(request, timeout=REQUEST_TIMEOUT_S) as response:
-                for raw in response:
-                    line = raw.decode(errors="replace").strip()
-                    if not line.startswith("data: ") or line == "data: [DONE]":
-                        continue
-                    chunk = json.loads(line.removeprefix("data: "))
-                    if "error" in chunk:
-                        outcome["error"] = chunk["error"]
-                    for choice in chunk.get("choices", []):
-                        streaming.set()
-                        if choice.get("finish_reason"):
-                            finished[choice["index"]] = choice["finish_reason"]
-        except (OSError, http.client.HTTPException, ValueError) as exc:
-            outcome["error"] = exc
-        finally:
-            streaming.set()
-        complete = len(finished) == len(PROMPTS) and all(
-            reason == "length" for reason in finished.values()
-        )
-        if not complete:
-            outcome.setdefault("error", f"the stream ended with {finished}")
-
-    client = threading.Thread(target=generate)
-    client.start()
-    assert streaming.wait(FIRST_TOKENS_S), "no token streamed"
-    assert "error" not in outcome and not outcome["finished"], outcome
-    return client, outcome
-
-
 @pytest.mark.parametrize("driver", ["control-plane", "connector-driven"])
 def test_ffn_killed_mid_generation_fails_attention_fast(
     driver: str, servers: VllmServers, deepseek_v2: Path
@@ -116,12 +43,11 @@ def test_ffn_killed_mid_generation_fails_attention_fast(
     afd = CAM_ASYNC if driver == "connector-driven" else {}
     ffn, attention = servers.afd_pair(deepseek_v2, **afd)
     attention.wait_ready()
-    client, outcome = generating(attention)
+    client = StreamingClient(attention)  # returns once tokens stream
     os.killpg(ffn.pgid, signal.SIGKILL)
     killed = time.monotonic()
-    client.join(FAIL_FAST_S)
-    assert not client.is_alive(), "the request hung after the FFN died"
-    assert "error" in outcome, "generation finished although the FFN was killed"
+    assert client.join(FAIL_FAST_S), "the request hung after the FFN died"
+    assert client.error is not None, "generation finished although the FFN was killed"
     code = attention.wait_exit(FAIL_FAST_S)
     assert code is not None, "the attention server is still up without its FFN"
     assert time.monotonic() - killed < FAIL_FAST_S
@@ -143,11 +69,10 @@ def test_attention_killed_mid_generation_fails_the_connector_driven_ffn_fast(
     dispatch, so a killed attention rank ends the FFN at once, named."""
     ffn, attention = servers.afd_pair(deepseek_v2, **CAM_ASYNC)
     attention.wait_ready()
-    client, _ = generating(attention)
+    client = StreamingClient(attention)
     os.killpg(attention.pgid, signal.SIGKILL)
     killed = time.monotonic()
-    client.join(FAIL_FAST_S)
-    assert not client.is_alive(), "the client hung after the attention server died"
+    assert client.join(FAIL_FAST_S), "the client hung after the attention server died"
     code = ffn.wait_exit(FAIL_FAST_S)
     assert code is not None, "the FFN server is still up without its attention rank"
     assert time.monotonic() - killed < FAIL_FAST_S
