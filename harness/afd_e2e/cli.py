@@ -25,6 +25,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gsm8k": ("gsm8k", "GSM8K accuracy gate against an OpenAI-compatible server"),
     "model": ("model", "build tiny local models for CPU scenarios"),
     "bench": ("bench", "vLLM's serving benchmark: AFD vs its colocated baseline"),
+    "plan": (
+        "plan",
+        (
+            "choose the A:F ratio and micro-batches from the model, hardware "
+            "and stage times"
+        ),
+    ),
 }
 
 NOT_AVAILABLE_EXIT = 2

@@ -96,6 +96,7 @@ def test_the_wheel_is_pure_and_compiles_nothing(
     assert [n for n in names if n.endswith(SOURCE_SUFFIXES) or "csrc" in n] == []
     assert "afd_plugin/native_build.py" in names
     assert "afd_plugin/connectors/npu/cam_p2p_ops.py" in names
+    assert "afd_e2e/plan_profiles/h800.yaml" in names  # the planner's data
     assert not any("_C_ascend" in n for n in names)
 
 
