@@ -24,7 +24,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from repo_copy import copy_of_the_repo
+from repo_copy import build_env, copy_of_the_repo, pip_wheel
 
 from afd_plugin import native_build as nb
 
@@ -186,32 +186,17 @@ def binding(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         timeout=60,
     )
     src = copy_of_the_repo(tmp / "src")
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in (nb.SWITCH, nb.KERNEL_LIBRARY_ENV, *nb.TOOLKIT_ENV_VARS)
-        and not k.startswith("PIP_")
-    }
-    env.update(
-        {
+    env = build_env(
+        **{
             nb.SWITCH: "1",
             "ASCEND_HOME_PATH": str(toolkit),
             nb.KERNEL_LIBRARY_ENV: str(kernels),
             "PYTHONPATH": str(standin),
             "MAX_JOBS": "2",
-            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         }
     )
     wheels = tmp / "wheels"
-    built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", ".", "--no-deps",
-         "--no-build-isolation", "--no-index", "-v", "-w", str(wheels)],
-        cwd=src,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    built = pip_wheel(src, wheels, env, 900)
     log = built.stdout + built.stderr
     assert built.returncode == 0, log[-6000:]
     assert f"afd-plugin: building the Ascend ops ({nb.EXTENSION})" in log, log[-3000:]

@@ -19,7 +19,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from repo_copy import copy_of_the_repo
+from repo_copy import build_env, copy_of_the_repo, pip_wheel
 
 from afd_plugin import native_build as nb
 
@@ -29,54 +29,22 @@ SOURCE_SUFFIXES = (".cpp", ".cc", ".c", ".h", ".hpp")
 
 
 
-def pip_wheel(
+def build(
     tmp_path: Path, switch: str | None
 ) -> tuple[subprocess.CompletedProcess[str], Path]:
     src = copy_of_the_repo(tmp_path / "src")
     out = tmp_path / "wheels"
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in (nb.SWITCH, nb.KERNEL_LIBRARY_ENV, *nb.TOOLKIT_ENV_VARS)
-        and not k.startswith("PIP_")
-    }
-    env.update(
-        CC="/bin/false",
-        CXX="/bin/false",
-        LDSHARED="/bin/false",
-        PIP_DISABLE_PIP_VERSION_CHECK="1",
-        PIP_NO_INPUT="1",
-    )
+    env = build_env(CC="/bin/false", CXX="/bin/false", LDSHARED="/bin/false")
     if switch is not None:
         env[nb.SWITCH] = switch
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            ".",
-            "--no-deps",
-            "--no-build-isolation",
-            "--no-index",
-            "-v",
-            "-w",
-            str(out),
-        ],
-        cwd=src,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    return result, out
+    return pip_wheel(src, out, env, 120), out
 
 
 @pytest.mark.parametrize("switch", [None, "0"], ids=["unset", "0"])
 def test_the_wheel_is_pure_and_compiles_nothing(
     tmp_path: Path, switch: str | None
 ) -> None:
-    result, out = pip_wheel(tmp_path, switch)
+    result, out = build(tmp_path, switch)
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-4000:]
     expected = f"afd-plugin: not building the Ascend ops ({nb.EXTENSION}): " + (
@@ -103,7 +71,7 @@ def test_the_wheel_is_pure_and_compiles_nothing(
 def test_forcing_the_ascend_ops_without_the_toolkit_fails_clearly(
     tmp_path: Path,
 ) -> None:
-    result, out = pip_wheel(tmp_path, "1")
+    result, out = build(tmp_path, "1")
     log = result.stdout + result.stderr
     assert result.returncode != 0, log[-4000:]
     assert (
@@ -115,7 +83,7 @@ def test_forcing_the_ascend_ops_without_the_toolkit_fails_clearly(
 
 
 def test_an_invalid_switch_fails_the_build(tmp_path: Path) -> None:
-    result, _ = pip_wheel(tmp_path, "sometimes")
+    result, _ = build(tmp_path, "sometimes")
     log = result.stdout + result.stderr
     assert result.returncode != 0
     assert f"{nb.SWITCH}='sometimes': use 1/true/yes/on" in log, log[-4000:]
