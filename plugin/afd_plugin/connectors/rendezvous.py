@@ -145,9 +145,13 @@ class RendezvousServer:
                     f"{self.address}"
                 ), False
             holder = self._members.get(join.rank)
-            if self._formed and holder is not None and not holder.connected:
-                # This rank's previous server left a world that is ending
-                # (a restart, a re-init): its host starts a new one soon.
+            rejoin = holder is not None and (
+                not holder.connected or holder.join.pid == join.pid
+            )
+            if rejoin and (self._formed or holder.join.pid == join.pid):
+                # This rank's previous connection left (or, from the same
+                # process re-initialising, is about to be seen closed): the
+                # world is ending and its host starts a new one soon.
                 return (
                     f"the AFD world at {self.address} is ending ("
                     f"{holder.join.describe()} left it)"
