@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gsm8k": ("gsm8k", "GSM8K accuracy gate against an OpenAI-compatible server"),
     "model": ("model", "build tiny local models for CPU scenarios"),
     "bench": ("bench", "vLLM's serving benchmark: AFD vs its colocated baseline"),
+    "cluster": ("cluster", "start or stop a local Ray cluster for --engine ray"),
     "plan": (
         "plan",
         (

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import socket
 import sys
 import time
@@ -15,6 +16,7 @@ from typing import Any
 
 from afd_e2e import policy
 from afd_e2e.deployment import additional_config
+from afd_e2e.placement import ServerSlot, node_env, rendezvous_node, slots
 from afd_e2e.scenario import RoleTopology, Scenario
 from afd_plugin.config import parse_afd_config
 from afd_plugin.connectors.registry import AFDConnectorFactory
@@ -76,6 +78,13 @@ class RoleLaunch:
     argv: list[str]
     env: dict[str, str]
     api_port: int
+    """The API port; a headless server has none and keeps its leader's."""
+    node: str | None = None
+    """The logical node it runs on (placement); None on one node."""
+    host: str = HOST
+    """The node's address: where the API listens and probes go."""
+    headless: bool = False
+    """Runs engines only (``--headless``) and joins ``<role>-0``'s DP group."""
 
     @property
     def name(self) -> str:
@@ -83,7 +92,37 @@ class RoleLaunch:
 
     @property
     def base_url(self) -> str:
-        return f"http://{HOST}:{self.api_port}"
+        return f"http://{self.host}:{self.api_port}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """As planned; a one-node server's entry is what it always was."""
+        out = asdict(self)
+        if self.node is None:
+            for key in ("node", "host", "headless"):
+                out.pop(key)
+        else:
+            out["env"] = masked_env(self.env)
+        return out
+
+
+SECRET_ENV = "AFD_RENDEZVOUS_SECRET"
+"""Holds a multi-node plan's per-run rendezvous secret (``afd.secret_env``)."""
+
+
+def masked_env(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with the rendezvous secret hidden (for printing and results)."""
+    if SECRET_ENV not in env:
+        return env
+    return {**env, SECRET_ENV: "<per-run secret>"}
+
+
+NodeAddresses = dict[str, str]
+"""Logical node name -> its address, as the engine running the plan found it."""
+
+
+def loopback_nodes(scenario: Scenario) -> NodeAddresses:
+    """Every node on this machine's loopback (one machine, one address)."""
+    return {node: HOST for node in scenario.nodes}
 
 
 @dataclass
@@ -97,13 +136,17 @@ class LaunchPlan:
     served_name: str
     afd_port: int | None
     roles: list[RoleLaunch] = field(default_factory=list)
+    nodes: NodeAddresses = field(default_factory=dict)
+    """Logical node -> address (placement); empty on one node."""
+    afd_host: str = HOST
+    """Where the rendezvous listens: the first FFN server's node."""
 
     @property
     def api(self) -> RoleLaunch:
         """The server users (and checks) talk to: attention, else the baseline."""
         for wanted in ("attention", "baseline"):
             for r in self.roles:
-                if r.role == wanted:
+                if r.role == wanted and not r.headless:
                     return r
         raise ValueError("a plan without an attention or baseline server")
 
@@ -112,6 +155,10 @@ class LaunchPlan:
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
+        out["roles"] = [r.to_dict() for r in self.roles]
+        if not self.nodes:  # one node: the plan as it always was
+            out.pop("nodes")
+            out.pop("afd_host")
         out["run_dir"] = str(self.run_dir)
         out["start_order"] = [r.name for r in self.roles]
         out["base_url"] = self.api.base_url
@@ -127,16 +174,20 @@ def free_port() -> int:
 
 def server_argv(
     model: str,
-    port: int,
+    port: int | None,
     *,
     python: str = sys.executable,
     served_name: str | None = None,
+    host: str = HOST,
 ) -> list[str]:
-    """The command line of one vLLM OpenAI server on loopback ``port``."""
+    """The command line of one vLLM OpenAI server on ``host:port`` (loopback
+    by default); ``port`` None: a headless server, which serves no API."""
     argv = [python, "-m", API_MODULE, "--model", model]
     if served_name is not None:
         argv += ["--served-model-name", served_name]
-    return [*argv, "--host", HOST, "--port", str(port)]
+    if port is None:
+        return argv
+    return [*argv, "--host", host, "--port", str(port)]
 
 
 def resolve_model(scenario: Scenario, model_root: Path) -> str:
@@ -163,7 +214,14 @@ def start_order(scenario: Scenario) -> tuple[str, ...]:
     return ("ffn", "attention") if spec.synchronous else ("attention", "ffn")
 
 
-def _parallel_args(topo: RoleTopology, dp_rpc_port: int | None) -> list[str]:
+def _parallel_args(
+    topo: RoleTopology,
+    dp_rpc_port: int | None,
+    slot: ServerSlot | None = None,
+    dp_address: str | None = None,
+) -> list[str]:
+    """DP/TP/EP flags; ``slot`` and ``dp_address`` for a role whose DP ranks
+    span several servers (the first one's node coordinates)."""
     args = [
         "--data-parallel-size",
         str(topo.dp),
@@ -172,6 +230,11 @@ def _parallel_args(topo: RoleTopology, dp_rpc_port: int | None) -> list[str]:
     ]
     if topo.ep:
         args.append("--enable-expert-parallel")
+    if slot is not None and dp_address is not None:
+        args += ["--data-parallel-size-local", str(slot.dp_local)]
+        if slot.headless:
+            args += ["--headless", "--data-parallel-start-rank", str(slot.dp_start)]
+        args += ["--data-parallel-address", dp_address]
     if topo.dp > 1 and dp_rpc_port is not None:
         args += ["--data-parallel-rpc-port", str(dp_rpc_port)]
     return args
@@ -204,9 +267,8 @@ PLATFORM_PLUGINS: dict[str, tuple[str, ...]] = {
 def _env(
     scenario: Scenario,
     role: str,
-    topo: RoleTopology,
+    slot: ServerSlot,
     run_id: str,
-    rank: int,
     cpus: int,
 ) -> dict[str, str]:
     # A colocated server loads no plugin of ours, so it is vLLM as shipped
@@ -217,14 +279,15 @@ def _env(
     env = {"VLLM_PLUGINS": ",".join(plugins)}
     device_env = DEVICE_ENV.get(scenario.backend)
     if device_env:
-        env[device_env] = ",".join(str(d) for d in topo.devices)
+        env[device_env] = ",".join(str(d) for d in slot.devices)
     if scenario.backend == "cpu" and scenario.afd:
         env[THREADS_ENV] = str(cpu_threads(scenario, role, cpus))
+    env.update(node_env(scenario, slot.node))
     env.update(scenario.roles.common.env)
     if role in ("attention", "ffn"):
         env.update(getattr(scenario.roles, role).env)
     env[policy.RUN_ID_ENV] = run_id
-    env[policy.PROCESS_ROLE_ENV] = f"{role}:{rank}"
+    env[policy.PROCESS_ROLE_ENV] = f"{role}:{slot.index}"
     return env
 
 
@@ -238,18 +301,30 @@ def build_plan(
     python: str = sys.executable,
     baseline: bool = False,
     cpus: int | None = None,
+    nodes: NodeAddresses | None = None,
 ) -> LaunchPlan:
     """The full plan; AFD configs are checked by the plugin's parser here, so an
     invalid scenario never starts a process. ``cpus``: the host's CPUs shared
-    by CPU servers (default: this process's)."""
+    by CPU servers (default: this process's). ``nodes``: the address of each
+    logical node of the placement (default: all on loopback)."""
     cpus = host_cpus() if cpus is None else cpus
+    nodes = loopback_nodes(scenario) if nodes is None else dict(nodes)
+    missing = [n for n in scenario.nodes if n not in nodes]
+    if missing:
+        raise ValueError(f"no address for node(s) {', '.join(missing)}")
     run_id = run_id or f"{scenario_id}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir = run_dir or Path("runs") / run_id
     served = scenario.model.served_name or scenario_id
     model_path = resolve_model(scenario, model_root)
     afd_port = scenario.ports.afd or (free_port() if scenario.afd else None)
+    afd_node = rendezvous_node(scenario)
+    afd_host = nodes[afd_node] if afd_node is not None else HOST
     next_api = scenario.ports.api
-    plan = LaunchPlan(scenario_id, run_id, run_dir, model_path, served, afd_port)
+    plan = LaunchPlan(
+        scenario_id, run_id, run_dir, model_path, served, afd_port, [], nodes, afd_host
+    )
+    # A multi-node deployment's rendezvous is off loopback: one secret per run.
+    secret = secrets.token_hex(16) if scenario.placement is not None else None
     roles = list(start_order(scenario))
     if scenario.afd and (scenario.checks.parity is not None or baseline):
         roles.insert(0, "baseline")  # the colocated reference
@@ -261,40 +336,86 @@ def build_plan(
                 scenario.topology.ffn if role == "ffn" else scenario.topology.attention
             )
         assert topo is not None
-        api_port = next_api if next_api is not None else free_port()
-        if next_api is not None:
-            next_api += 1
-        argv = server_argv(model_path, api_port, python=python, served_name=served)
-        argv += _parallel_args(topo, free_port() if topo.dp > 1 else None)
-        argv += _graph_args(scenario)
-        if role != "baseline":
-            assert afd_port is not None
-            extra = additional_config(scenario, role, HOST, afd_port)
-            parse_afd_config(extra)  # the server's own parser; raises on bad input
-            argv += ["--additional-config", json.dumps(extra, separators=(",", ":"))]
-        argv += scenario.roles.common.args
-        if role in ("attention", "ffn"):
-            argv += getattr(scenario.roles, role).args
-        env = _env(scenario, role, topo, run_id, 0, cpus)
-        plan.roles.append(RoleLaunch(role, 0, argv, env, api_port))
+        servers = slots(scenario, role, topo)
+        spans = len(servers) > 1
+        dp_rpc_port: int | None = None
+        dp_address = nodes[servers[0].node] if spans and servers[0].node else None
+        for slot in servers:
+            host = nodes[slot.node] if slot.node is not None else HOST
+            api_port = 0
+            if not slot.headless:
+                api_port = next_api if next_api is not None else free_port()
+                if next_api is not None:
+                    next_api += 1
+            if topo.dp > 1 and dp_rpc_port is None:
+                dp_rpc_port = free_port()  # one per role, after its API port
+            argv = server_argv(
+                model_path,
+                None if slot.headless else api_port,
+                python=python,
+                served_name=served,
+                host=host,
+            )
+            argv += _parallel_args(topo, dp_rpc_port, slot, dp_address)
+            argv += _graph_args(scenario)
+            if role != "baseline":
+                assert afd_port is not None
+                extra = additional_config(scenario, role, afd_host, afd_port)
+                if secret is not None:
+                    extra["afd"]["secret_env"] = SECRET_ENV
+                parse_afd_config(extra)  # the server's own parser; raises on bad input
+                argv += [
+                    "--additional-config",
+                    json.dumps(extra, separators=(",", ":")),
+                ]
+            argv += scenario.roles.common.args
+            if role in ("attention", "ffn"):
+                argv += getattr(scenario.roles, role).args
+            env = _env(scenario, role, slot, run_id, cpus)
+            if secret is not None and role != "baseline":
+                env[SECRET_ENV] = secret
+            plan.roles.append(
+                RoleLaunch(
+                    role,
+                    slot.index,
+                    argv,
+                    env,
+                    api_port,
+                    node=slot.node,
+                    host=host,
+                    headless=slot.headless,
+                )
+            )
     return plan
 
 
-def describe(plan: LaunchPlan) -> str:
+def describe(plan: LaunchPlan, engine: str = "local") -> str:
     """Human-readable plan for ``--dry-run``."""
     lines = [
-        f"scenario {plan.scenario_id}  run {plan.run_id}",
+        f"scenario {plan.scenario_id}  run {plan.run_id}"
+        + (f"  engine {engine}" if engine != "local" or plan.nodes else ""),
         f"run dir  {plan.run_dir}",
         f"model    {plan.model_path}  (served as {plan.served_name})",
     ]
+    if plan.nodes:
+        lines.append(
+            "nodes    " + "  ".join(f"{n}={a}" for n, a in plan.nodes.items())
+        )
     if plan.afd_port is not None:
-        lines.append(f"afd      rendezvous {HOST}:{plan.afd_port}")
+        lines.append(f"afd      rendezvous {plan.afd_host}:{plan.afd_port}")
     lines.append("start order: " + " -> ".join(r.name for r in plan.roles))
     for r in plan.roles:
-        lines.append(
-            f"[{r.name}] api {r.base_url}  log {plan.run_dir / (r.name + '.log')}"
+        where = f"node {r.node}  " if r.node is not None else ""
+        serves = (
+            f"headless (joins {r.role}-0's DP group)"
+            if r.headless
+            else f"api {r.base_url}"
         )
-        lines.append("  env  " + " ".join(f"{k}={v}" for k, v in sorted(r.env.items())))
+        lines.append(
+            f"[{r.name}] {where}{serves}  log {plan.run_dir / (r.name + '.log')}"
+        )
+        env = masked_env(r.env)
+        lines.append("  env  " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
         lines.append("  argv " + " ".join(_quote(a) for a in r.argv))
     return "\n".join(lines)
 

@@ -38,6 +38,7 @@ __all__ = [
     "ProcessRecord",
     "ProcessSpec",
     "ReadinessTimeoutError",
+    "merge_records",
     "RoleError",
     "RoleProcess",
     "TeardownRecord",
@@ -244,6 +245,7 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
         marker_scan_rounds: int = 5,
         echo: bool = True,
         progress_every_s: float | None = 5.0,
+        base_env: Mapping[str, str] | None = None,
     ) -> None:
         if not _RUN_ID_RE.match(run_id):
             raise ValueError(f"run_id must match {_RUN_ID_RE.pattern}, got {run_id!r}")
@@ -264,6 +266,8 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
         self.marker_scan_rounds = marker_scan_rounds
         self.echo = echo
         self.progress_every_s = progress_every_s
+        self.base_env = base_env
+        """What each child's environment starts from; this process's when None."""
         self._procs: list[RoleProcess] = []
         self._stopped: dict[str, TeardownRecord] = {}
         """Records of the processes :meth:`stop_process` tore down, in order."""
@@ -291,7 +295,8 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
             raise ValueError(f"{spec.name}: env sets {'; '.join(wrong)}")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.run_dir / spec.log_name
-        env = {**os.environ, **spec.env, **markers}
+        base = os.environ if self.base_env is None else self.base_env
+        env = {**base, **spec.env, **markers}
         with shielded(deliver=True):
             with open(log_path, "ab") as log:
                 try:
@@ -471,9 +476,9 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
                 except BaseException as exc:  # a harness bug: fail, never retry
                     final = TeardownRecord(self.grace_s, self.marker_scan)
                     final.errors.append(f"teardown crashed: {exc!r}")
-                    self._record = _merged([*self._stopped.values(), final])
+                    self._record = merge_records([*self._stopped.values(), final])
                     raise
-                self._record = _merged([*self._stopped.values(), final])
+                self._record = merge_records([*self._stopped.values(), final])
             for problem in final.problems():
                 logger.error("teardown: %s", problem)
         return self._record
@@ -653,7 +658,7 @@ class _Scope:
         return {p.pid for p in self.procs if p.popen.returncode is None}
 
 
-def _merged(records: Sequence[TeardownRecord]) -> TeardownRecord:
+def merge_records(records: Sequence[TeardownRecord]) -> TeardownRecord:
     """One record of several teardowns of the same manager, in order."""
     last = records[-1]
     out = TeardownRecord(grace_s=last.grace_s, marker_scan=last.marker_scan)

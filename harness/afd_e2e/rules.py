@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from afd_e2e import policy
 from afd_e2e.deployment import ROLES, afd_config, deployment
+from afd_e2e.placement import placement_errors
 from afd_e2e.scenario import LoadedScenario, Scenario
 from afd_e2e.yamlpos import Located
 from afd_plugin.errors import AFDConfigError, FieldError
@@ -127,7 +128,11 @@ def _structure(loaded: LoadedScenario, s: Scenario) -> list[Located]:
                     "cpu scenarios use no devices; remove the list",
                 )
             )
-        if s.backend != "cpu" and len(topo.devices) != topo.ranks:
+        if (
+            s.backend != "cpu"
+            and s.placement is None
+            and len(topo.devices) != topo.ranks
+        ):
             out.append(
                 loaded.error(
                     ("topology", role, "devices"),
@@ -228,7 +233,7 @@ def check_scenario(loaded: LoadedScenario) -> list[Located]:
                 f"backend is {s.backend!r}; move it or fix backend",
             )
         )
-    structure = _structure(loaded, s)
+    structure = _structure(loaded, s) + placement_errors(loaded, s)
     out += structure
     if not structure:
         out += plugin_errors(loaded, s)

@@ -13,15 +13,10 @@ from pathlib import Path
 
 from afd_e2e.checks.evidence import check_dual_ubatch, mark_logs
 from afd_e2e.checks.parity import PROMPTS, ParityError, compare, greedy_tokens
+from afd_e2e.engines.base import Engine, Servers, server_probe
+from afd_e2e.engines.local import LocalEngine
 from afd_e2e.launch import LaunchPlan
-from afd_e2e.procs import (
-    Interrupted,
-    InterruptGuard,
-    ProcessManager,
-    ProcessSpec,
-    RoleError,
-)
-from afd_e2e.readiness import attention_api_probe, health_probe
+from afd_e2e.procs import Interrupted, InterruptGuard, RoleError
 from afd_e2e.report import (
     CheckResult,
     RunReport,
@@ -89,7 +84,7 @@ def _gsm8k_data(plan: LaunchPlan, scenario: Scenario) -> Path | None:
 
 
 def _gsm8k(
-    plan: LaunchPlan, scenario: Scenario, procs: ProcessManager
+    plan: LaunchPlan, scenario: Scenario, procs: Servers
 ) -> list[CheckResult]:
     from afd_e2e.checks.answer_agreement import compare_runs
     from afd_e2e.checks.gsm8k import Gsm8kRequest, run_gsm8k
@@ -168,8 +163,14 @@ def _dual_ubatch(marks: dict[Path, int]) -> CheckResult:
     )
 
 
-def execute(plan: LaunchPlan, scenario: Scenario, options: RunOptions) -> int:
-    """Run the plan; the exit code follows ``report.Outcome``."""
+def execute(
+    plan: LaunchPlan,
+    scenario: Scenario,
+    options: RunOptions,
+    engine: Engine | None = None,
+) -> int:
+    """Run the plan on ``engine`` (default: local subprocesses); the exit code
+    follows ``report.Outcome``."""
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     timings = Timings(started_at=time.time())
     report = RunReport(
@@ -178,28 +179,14 @@ def execute(plan: LaunchPlan, scenario: Scenario, options: RunOptions) -> int:
         {"id": plan.scenario_id, **scenario.model_dump(mode="json")},
         timings,
     )
-    procs = ProcessManager(
-        plan.run_id,
-        plan.run_dir,
-        scenario_id=plan.scenario_id,
-        marker_scan=scenario.teardown.sigkill == "marker-scan",
-        grace_s=scenario.timeouts.teardown_grace_s,
-        echo=not options.json,
-    )
+    procs = (engine or LocalEngine()).servers(plan, scenario, echo=not options.json)
     with InterruptGuard() as guard:
         try:
             t0 = time.monotonic()
             for role in plan.roles:
-                procs.start(ProcessSpec(role.role, role.rank, role.argv, role.env))
+                procs.start_server(role)
             timings.start_s = time.monotonic() - t0
-            probes = {
-                f"{r.role}:{r.rank}": (
-                    health_probe(r.base_url)
-                    if r.role == "ffn"
-                    else attention_api_probe(r.base_url, plan.served_name)
-                )
-                for r in plan.roles
-            }
+            probes = {f"{r.role}:{r.rank}": server_probe(plan, r) for r in plan.roles}
             t1 = time.monotonic()
             timings.roles_ready_s = procs.wait_ready(
                 probes, scenario.timeouts.startup_s

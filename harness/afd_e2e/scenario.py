@@ -17,8 +17,8 @@ from afd_e2e.yamlpos import Located, YamlDoc, load_file
 from afd_plugin.errors import pydantic_message
 
 Backend = Literal["cpu", "cuda", "npu"]
-Tier = Literal["pr", "weekly", "local"]
-TIER_RANK = {"local": 0, "weekly": 1, "pr": 2}
+Tier = Literal["pr", "nightly", "weekly", "local"]
+TIER_RANK = {"local": 0, "weekly": 1, "nightly": 2, "pr": 3}  # how often it runs
 SCHEMA_VERSION = 1
 
 
@@ -198,6 +198,42 @@ class Ports(_Strict):
     """AFD rendezvous port."""
 
 
+NODE_NAME = r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$"
+"""A logical node name: a DNS label (it names Kubernetes objects too)."""
+
+
+class NodeSpec(_Strict):
+    """One logical node of a placement; its address is found at run time."""
+
+    interface: str | None = Field(default=None, min_length=1, max_length=15)
+    """Network interface the node's collectives use (``GLOO_SOCKET_IFNAME``,
+    plus ``NCCL_SOCKET_IFNAME`` on CUDA and ``HCCL_SOCKET_IFNAME`` on NPU);
+    absent: the one that routes to the peers."""
+
+
+class PlacementEntry(_Strict):
+    """One server process: ``dp_local`` DP ranks of a role on one node."""
+
+    node: str
+    """A node named under ``placement.nodes``."""
+    dp_local: int = Field(default=1, ge=1)
+    """DP ranks this server runs (``--data-parallel-size-local``)."""
+    devices: list[int] = Field(default_factory=list)
+    """The node's accelerator ids, dp_local x tp of them (empty on CPU)."""
+
+
+class Placement(_Strict):
+    """Which node runs which servers. Absent: every server on one node."""
+
+    nodes: dict[str, NodeSpec]
+    """Logical node names (never addresses: the engine resolves them)."""
+    attention: list[PlacementEntry] = Field(min_length=1)
+    """The attention role's servers; the first serves the API, later ones
+    run ``--headless`` and join its DP group."""
+    ffn: list[PlacementEntry] = Field(default_factory=list)
+    """The FFN role's servers; the first one's node hosts the rendezvous."""
+
+
 class Scenario(_Strict):
     """One end-to-end case; the id is the file name."""
 
@@ -235,6 +271,8 @@ class Scenario(_Strict):
     """SIGKILL policy."""
     ports: Ports = Field(default_factory=Ports)
     """Pinned ports."""
+    placement: Placement | None = None
+    """Servers per node (multi-node); absent: one node, as before."""
     awaits: str | None = Field(default=None, min_length=1)
     """What this build still lacks for the case (a connector, the role workers
     of a platform, a role-split model), in words. Set, the linter accepts the
@@ -254,7 +292,15 @@ class Scenario(_Strict):
         used = len(self.topology.attention.devices)
         if self.topology.ffn is not None:
             used += len(self.topology.ffn.devices)
+        if self.placement is not None:
+            entries = [*self.placement.attention, *self.placement.ffn]
+            used += sum(len(e.devices) for e in entries)
         return used
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """Logical node names; empty for a one-node scenario."""
+        return tuple(self.placement.nodes) if self.placement else ()
 
 
 SCENARIO_FIELDS = tuple(Scenario.model_fields)

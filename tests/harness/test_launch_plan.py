@@ -43,12 +43,16 @@ def test_dry_run_plan(scenario_id: str, tmp_path: Path, capsys) -> None:
     scenario = CATALOGUE.get(scenario_id)
     plan = plan_of(scenario_id, tmp_path, capsys)
     roles = plan["roles"]
-    ports = [r["api_port"] for r in roles] + [plan["afd_port"]] * bool(plan["afd_port"])
+    ports = [r["api_port"] for r in roles if not r.get("headless")]
+    ports += [plan["afd_port"]] * bool(plan["afd_port"])
     assert len(set(ports)) == len(ports)
     for role in roles:
         argv, env = role["argv"], role["env"]
         assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
-        assert argv[argv.index("--host") + 1] == "127.0.0.1"
+        if role.get("headless"):  # runs engines only: no API, no port
+            assert "--host" not in argv and "--headless" in argv
+        else:
+            assert argv[argv.index("--host") + 1] == "127.0.0.1"
         assert env["AFD_E2E_RUN_ID"] == plan["run_id"]
         assert env["AFD_E2E_PROCESS_ROLE"] == f"{role['role']}:{role['rank']}"
         if role["role"] == "baseline":

@@ -41,6 +41,8 @@ CATALOGUE_IDS = {
     "cpu-eager-1a1f-camasync",
     "cpu-eager-2a1f-camasync",
     "cpu-eager-1a1f-gate-attn",
+    "cpu-2node-1a1f",
+    "cpu-2node-2a1f",
 }
 
 
@@ -121,7 +123,7 @@ def test_validate_reports_all_errors_of_a_file(tmp_path: Path, capsys) -> None:
         "schema_version: 2\n"
         "description: 7\n"
         "backend: tpu\n"
-        "tier: nightly\n"
+        "tier: hourly\n"
         "model: {tiny: {arch: llama}}\n"
         "checks: {gsm8k: {samples: 0}}\n"
     )

@@ -199,6 +199,7 @@ WORDS = st.sampled_from(
     [
         *BACKENDS,
         "pr",
+        "nightly",
         "weekly",
         "local",
         "eager",

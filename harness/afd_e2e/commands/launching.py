@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from afd_e2e.commands.common import add_root, load
+from afd_e2e.engines.base import Engine, EngineError
 from afd_e2e.launch import LaunchPlan, build_plan
 from afd_e2e.rules import build_gaps
 from afd_e2e.scenario import Scenario
@@ -75,8 +76,15 @@ def model_root(args: argparse.Namespace) -> Path:
     return default_root()
 
 
-def plan_scenario(args: argparse.Namespace, *, baseline: bool = False) -> Launchable:
-    """The scenario and its launch plan; raises ``Refused`` on bad input."""
+def plan_scenario(
+    args: argparse.Namespace,
+    *,
+    baseline: bool = False,
+    engine: Engine | None = None,
+    dry_run: bool = False,
+) -> Launchable:
+    """The scenario and its launch plan, its nodes resolved by ``engine``
+    (default: all on loopback); raises ``Refused`` on bad input."""
     cat = load(args)
     loaded = cat.loaded.get(args.scenario)
     if loaded is None:
@@ -94,14 +102,20 @@ def plan_scenario(args: argparse.Namespace, *, baseline: bool = False) -> Launch
             "\n".join(str(e) for e in problems or loaded.errors), located=True
         )
     try:
+        nodes = (
+            None
+            if engine is None
+            else engine.node_addresses(loaded.scenario, dry_run=dry_run)
+        )
         plan = build_plan(
             args.scenario,
             loaded.scenario,
             model_root=model_root(args),
             run_dir=args.run_dir,
             baseline=baseline,
+            nodes=nodes,
         )
-    except AFDConfigError as exc:
+    except (AFDConfigError, EngineError) as exc:
         raise Refused(str(exc)) from None
     return Launchable(loaded.scenario, plan)
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import get_args
 
 from afd_e2e.commands.common import add_root, load
+from afd_e2e.scenario import Tier
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_root(parser)
-    parser.add_argument("--tier", choices=["pr", "weekly", "local"])
+    parser.add_argument("--tier", choices=get_args(Tier))
     parser.add_argument("--backend", choices=["cpu", "cuda", "npu"])
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -43,9 +45,9 @@ def run(args: argparse.Namespace) -> int:
         )
         return 0
     width = max((len(sid) for sid, _ in rows), default=2)
-    print(f"{'ID':{width}}  BACKEND  TIER    SHAPE            DESCRIPTION")
+    print(f"{'ID':{width}}  BACKEND  TIER     SHAPE            DESCRIPTION")
     for sid, s in rows:
         print(
-            f"{sid:{width}}  {s.backend:7}  {s.tier:6}  {s.shape:15}  {s.description}"
+            f"{sid:{width}}  {s.backend:7}  {s.tier:7}  {s.shape:15}  {s.description}"
         )
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from afd_e2e.commands.engine_args import add_engine_arguments, open_engine
 from afd_e2e.commands.launching import (
     Refused,
     add_launch_arguments,
@@ -16,11 +17,13 @@ from afd_e2e.commands.launching import (
     ready_to_start,
     refuse,
 )
+from afd_e2e.engines.base import EngineError
 from afd_e2e.launch import describe
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_launch_arguments(parser)
+    add_engine_arguments(parser)
     parser.add_argument(
         "--dry-run", action="store_true", help="print the launch plan; start nothing"
     )
@@ -34,18 +37,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        launchable = plan_scenario(args)
-        if args.dry_run:
-            plan = launchable.plan
-            print(json.dumps(plan.to_dict(), indent=2) if args.json else describe(plan))
-            return 0
-        ready_to_start(args, launchable)
-    except Refused as exc:
-        return refuse("run", exc)
-    from afd_e2e.runner import RunOptions, execute
+        engine = open_engine(args)
+    except EngineError as exc:
+        return refuse("run", Refused(str(exc)))
+    try:
+        try:
+            launchable = plan_scenario(args, engine=engine, dry_run=args.dry_run)
+            if args.dry_run:
+                plan = launchable.plan
+                out = plan.to_dict() if args.json else describe(plan, engine.name)
+                print(json.dumps(out, indent=2) if args.json else out)
+                return 0
+            ready_to_start(args, launchable)
+        except Refused as exc:
+            return refuse("run", exc)
+        from afd_e2e.runner import RunOptions, execute
 
-    return execute(
-        launchable.plan,
-        launchable.scenario,
-        RunOptions(json=args.json, keep_running=args.keep_running),
-    )
+        return execute(
+            launchable.plan,
+            launchable.scenario,
+            RunOptions(json=args.json, keep_running=args.keep_running),
+            engine,
+        )
+    finally:
+        engine.close()

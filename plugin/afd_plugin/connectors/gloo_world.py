@@ -74,13 +74,21 @@ class PeerInfo:
 
 
 def machine_id() -> str:
-    """This machine's identity for this boot: host name and kernel boot id."""
+    """This machine's identity for this boot, as far as shared memory goes:
+    host name, kernel boot id and network namespace. The shared-memory path
+    meets its peer on an abstract Unix socket, which exists only inside one
+    network namespace (two containers, or two ``ip netns`` nodes, on one
+    kernel cannot reach each other's)."""
     try:
         with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
             boot = fh.read().strip()
     except OSError:
         boot = "unknown-boot"
-    return f"{socket.gethostname()}/{boot}"
+    try:
+        netns = os.readlink("/proc/self/ns/net")
+    except OSError:
+        netns = "unknown-netns"
+    return f"{socket.gethostname()}/{boot}/{netns}"
 
 
 def local_address(host: str, port: int) -> str:

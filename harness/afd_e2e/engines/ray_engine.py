@@ -1,0 +1,306 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The ``ray`` engine: one actor per server, on the Ray node that offers the
+server's logical node as the resource ``afd-node-<name>``.
+
+The actor (:mod:`afd_e2e.engines.ray_agent`) owns the server's process group,
+log file and SIGTERM -> grace -> SIGKILL stop; the harness keeps the verdict:
+a forced SIGKILL on any node still fails the run (AFD-I12), and after the
+stop a marker scan on every node of the placement proves nothing is left.
+
+vLLM keeps its own ``mp`` backend inside each server: the agent starts it
+without Ray's environment, so a server never joins this cluster."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from afd_e2e.engines.base import EngineError
+from afd_e2e.engines.ray_agent import ServerAgent, scan_node
+from afd_e2e.engines.ray_cluster import (
+    DEFAULT_STATE_DIR,
+    ClusterState,
+    node_resource,
+)
+from afd_e2e.interrupts import say
+from afd_e2e.launch import HOST, LaunchPlan, NodeAddresses, RoleLaunch, masked_env
+from afd_e2e.procs import (
+    LOG_TAIL_LINES,
+    NOT_READY_TAIL_LINES,
+    ProcessDiedError,
+    ReadinessTimeoutError,
+    RoleError,
+    merge_records,
+)
+from afd_e2e.readiness import Probe, ProbeResult
+from afd_e2e.scenario import Scenario
+from afd_e2e.teardown_record import TeardownRecord
+
+CALL_TIMEOUT_S = 60.0
+"""Bound of one call to an agent (start, poll, tail)."""
+PLACEMENT_SHARE = 0.001
+"""How much of a node's ``afd-node-*`` resource one server takes: any number
+of servers fit, and only on that node."""
+
+_Agent = ray.remote(num_cpus=0, max_restarts=0)(ServerAgent)
+_scan = ray.remote(num_cpus=0, max_retries=0)(scan_node)
+
+
+def _quote(lines: list[str]) -> str:
+    return "\n".join(f"  | {line}" for line in lines)
+
+
+class RayServers:
+    """The plan's servers, each owned by an actor on its node."""
+
+    def __init__(self, plan: LaunchPlan, scenario: Scenario, *, echo: bool) -> None:
+        self.plan = plan
+        self.scenario = scenario
+        self.echo = echo
+        self.grace_s = scenario.timeouts.teardown_grace_s
+        self._agents: dict[str, tuple[RoleLaunch, Any, dict[str, Any], float]] = {}
+        self._ready: dict[str, float] = {}
+        self._record: TeardownRecord | None = None
+
+    @staticmethod
+    def _name(launch: RoleLaunch) -> str:
+        return f"{launch.role}:{launch.rank}"
+
+    def _placement(self, launch: RoleLaunch) -> dict[str, Any]:
+        if launch.node is None:
+            return {}
+        return {"resources": {node_resource(launch.node): PLACEMENT_SHARE}}
+
+    def start_server(self, launch: RoleLaunch) -> None:
+        name = self._name(launch)
+        agent = _Agent.options(**self._placement(launch)).remote(
+            self.plan.run_id,
+            str(Path(self.plan.run_dir).resolve()),
+            self.plan.scenario_id,
+            self.grace_s,
+            self.scenario.teardown.sigkill == "marker-scan",
+        )
+        try:
+            where = ray.get(
+                agent.start.remote(
+                    launch.role, launch.rank, list(launch.argv), dict(launch.env)
+                ),
+                timeout=CALL_TIMEOUT_S,
+            )
+        except Exception as exc:
+            ray.kill(agent)
+            raise RoleError(
+                f"{name}: its Ray actor could not start it: {exc}", [name]
+            ) from None
+        self._agents[name] = (launch, agent, where, time.monotonic())
+        if self.echo:
+            node = launch.node or "any node"
+            pid, log = where["pid"], where["log"]
+            say(f"afd-e2e: {name} started on {node} (pid {pid}), log {log}")
+
+    def check_alive(self, during: str = "the run") -> None:
+        for name, (launch, agent, where, started) in self._agents.items():
+            try:
+                code = ray.get(agent.exit_code.remote(), timeout=CALL_TIMEOUT_S)
+                if code is None:
+                    continue
+                tail = ray.get(
+                    agent.tail.remote(LOG_TAIL_LINES), timeout=CALL_TIMEOUT_S
+                )
+            except ray.exceptions.RayError as exc:
+                raise RoleError(
+                    f"{name}: the Ray actor owning it on {launch.node} is gone "
+                    f"during {during}: {exc}",
+                    [name],
+                ) from None
+            elapsed = time.monotonic() - started
+            raise ProcessDiedError(
+                name,
+                code,
+                Path(where["log"]),
+                tail,
+                f"{name} (pid {where['pid']} on {launch.node}) exited with code "
+                f"{code} during {during}, {elapsed:.1f} s after launch; last "
+                f"{len(tail)} lines of {where['log']}:\n{_quote(tail)}",
+            )
+
+    def wait_ready(
+        self, probes: Mapping[str, Probe | None], timeout_s: float, poll_s: float = 0.5
+    ) -> dict[str, float]:
+        start = time.monotonic()
+        deadline = start + timeout_s
+        pending = {n: probes.get(n) for n in self._agents if n not in self._ready}
+        seen: dict[str, str] = {}
+        next_progress = start + 5.0
+        while True:
+            self.check_alive("start-up")
+            for name in list(pending):
+                probe = pending[name]
+                result = probe() if probe else ProbeResult(True, "alive (no probe)")
+                seen[name] = result.detail
+                if result.ready:
+                    self._ready[name] = time.monotonic() - self._agents[name][3]
+                    del pending[name]
+            now = time.monotonic()
+            if not pending:
+                return {n: self._ready[n] for n in self._agents}
+            if now >= deadline:
+                raise self._not_ready(pending, seen, now - start)
+            if now >= next_progress and self.echo:
+                next_progress = now + 5.0
+                waiting = ", ".join(
+                    f"{n} ({seen.get(n, 'not probed yet')})" for n in pending
+                )
+                say(f"afd-e2e: waiting {now - start:.0f} s: {waiting}")
+            time.sleep(max(0.0, min(poll_s, deadline - now)))
+
+    def _not_ready(
+        self, pending: Mapping[str, object], seen: Mapping[str, str], waited: float
+    ) -> ReadinessTimeoutError:
+        parts = []
+        for name in pending:
+            _, agent, where, _ = self._agents[name]
+            try:
+                tail = ray.get(
+                    agent.tail.remote(NOT_READY_TAIL_LINES), timeout=CALL_TIMEOUT_S
+                )
+            except ray.exceptions.RayError as exc:
+                tail = [f"(log unavailable: {exc})"]
+            parts.append(
+                f"{name} not ready (last probe: {seen.get(name)}); last "
+                f"{len(tail)} lines of {where['log']}:\n{_quote(tail)}"
+            )
+        return ReadinessTimeoutError(
+            f"not ready after {waited:.1f} s: {', '.join(pending)}\n"
+            + "\n".join(parts),
+            list(pending),
+        )
+
+    def commands(self) -> dict[str, dict[str, Any]]:
+        return {
+            name: {
+                "argv": list(launch.argv),
+                "env": masked_env(dict(launch.env)),
+                "cwd": None,
+                "log": where["log"],
+                "pid": where["pid"],
+                "node": launch.node,
+                "host": where["host"],
+            }
+            for name, (launch, _, where, _) in self._agents.items()
+        }
+
+    def stop(self) -> TeardownRecord:
+        """Every agent stops its server at once (each with the full grace),
+        then every placement node is scanned for the run's marker."""
+        if self._record is not None:
+            return self._record
+        records: list[TeardownRecord] = []
+        errors: list[str] = []
+        calls = {
+            name: agent.stop.remote() for name, (_, agent, _, _) in self._agents.items()
+        }
+        for name, call in calls.items():
+            try:
+                records.append(ray.get(call, timeout=self.grace_s + CALL_TIMEOUT_S))
+            except Exception as exc:
+                errors.append(f"{name}: its Ray actor could not stop it: {exc}")
+        final = TeardownRecord(
+            self.grace_s, self.scenario.teardown.sigkill == "marker-scan"
+        )
+        final.errors += errors
+        final.leaks += self._scan_nodes(final.errors)
+        for _, agent, _, _ in self._agents.values():
+            ray.kill(agent)
+        self._record = merge_records([*records, final]) if records else final
+        return self._record
+
+    def _scan_nodes(self, errors: list[str]) -> list:
+        nodes = sorted({la.node for la, _, _, _ in self._agents.values() if la.node})
+        found = []
+        for node in nodes:
+            task = _scan.options(
+                resources={node_resource(node): PLACEMENT_SHARE}
+            ).remote(self.plan.run_id)
+            try:
+                found += ray.get(task, timeout=CALL_TIMEOUT_S)
+            except Exception as exc:
+                errors.append(f"marker scan of node {node} failed: {exc}")
+        return found
+
+
+class RayEngine:
+    """Attach to a Ray cluster: ``address``, else the one ``afd-e2e cluster
+    up`` recorded in ``state_dir``."""
+
+    name = "ray"
+
+    def __init__(
+        self, address: str | None, state_dir: Path = DEFAULT_STATE_DIR
+    ) -> None:
+        self.local = ClusterState.load(state_dir) if address is None else None
+        if address is None:
+            if self.local is None:
+                raise EngineError(
+                    f"--engine ray: no cluster to attach to; pass --ray-address "
+                    f"HOST:PORT, or start a local one with `afd-e2e cluster up` "
+                    f"(none recorded in {state_dir}); nothing was started"
+                )
+            address = self.local.address
+        self.address = address
+        try:
+            ray.init(
+                address=address,
+                namespace="afd-e2e",
+                log_to_driver=False,
+                logging_level="ERROR",
+                configure_logging=False,
+            )
+        except Exception as exc:
+            raise EngineError(
+                f"--engine ray: cannot attach to the Ray cluster at {address}: {exc}; "
+                "nothing was started"
+            ) from None
+
+    def node_addresses(
+        self, scenario: Scenario, *, dry_run: bool = False
+    ) -> NodeAddresses:
+        del dry_run  # resolving reads the cluster; it starts nothing
+        offered: dict[str, str] = {}
+        for node in ray.nodes():
+            if not node.get("Alive"):
+                continue
+            for key in node.get("Resources", {}):
+                if key.startswith(node_resource("")):
+                    offered[key[len(node_resource("")) :]] = node["NodeManagerAddress"]
+        missing = [n for n in scenario.nodes if n not in offered]
+        if missing:
+            have = ", ".join(sorted(offered)) or "none"
+            raise EngineError(
+                f"the Ray cluster at {self.address} offers no node for "
+                f"{', '.join(missing)} (it offers: {have}); start a worker there "
+                f"with ray start --resources '{{\"{node_resource(missing[0])}\": 1}}'"
+                ", or `afd-e2e cluster up --nodes "
+                f"{','.join(scenario.nodes)}`; nothing was started"
+            )
+        if self.local is not None:
+            # All nodes of a local cluster are this machine: servers stay on
+            # loopback (Ray itself reports the machine's outside address).
+            return {n: HOST for n in scenario.nodes}
+        return {n: offered[n] for n in scenario.nodes}
+
+    def servers(
+        self, plan: LaunchPlan, scenario: Scenario, *, echo: bool
+    ) -> RayServers:
+        return RayServers(plan, scenario, echo=echo)
+
+    def close(self) -> None:
+        if ray.is_initialized():
+            ray.shutdown()
+
+
+__all__ = ["RayEngine", "RayServers"]
