@@ -176,6 +176,19 @@ def _gates(loaded: LoadedScenario, s: Scenario) -> list[Located]:
                         f"an AFD pr scenario must be 2A2F, this one is {s.shape}",
                     )
                 )
+    if (
+        s.backend != "cpu"
+        and s.placement is not None
+        and len(s.nodes) > 1
+        and s.tier not in ("nightly", "local")
+    ):
+        out.append(
+            loaded.error(
+                ("tier",),
+                f"a {s.backend} scenario on {len(s.nodes)} nodes is nightly (or "
+                f"local): multi-node hardware runs in ci/nightly.yml, not {s.tier}",
+            )
+        )
     if s.dbo.enabled:
         g = s.checks.gsm8k
         if g is None:

@@ -39,6 +39,7 @@ CORE = {
     "afd_plugin.model_support",
     "afd_plugin.step_kind",
     "afd_plugin.step_protocol",
+    "afd_plugin.step_timing",
     "afd_plugin.version",
     "afd_plugin.worker_selection",
 }

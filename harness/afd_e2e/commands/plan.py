@@ -30,9 +30,13 @@ afd_e2e/plan_profiles/). cpu-2core has no roofline numbers: pass --calibration.
 
 --calibration FILE: CSV with the header batch,attention_s,ffn_s,exchange_s
 [,context] or JSON [{{"batch": ..., ...}}]: per-layer times of one micro-batch
-measured on 1A1F at two or more batch sizes (afd_e2e/plan_profiles/README.md).
+measured on 1A1F at two or more batch sizes (afd_e2e/plan_profiles/README.md);
+afd-e2e bench ID --profile measures and writes one.
 --trace FILE: CSV prompt_tokens,decode_tokens (or JSON), one row per request;
 the context becomes the trace's theta.
+--evaluate A:F [--batch B]: predict one deployment instead of searching (B
+sequences per attention instance and micro-batch, TPOT target or not); to
+compare with a measurement at concurrency C, B = C / (A x micro-batches).
 
 Without --calibration the stage times are the roofline at peak: an upper bound
 on throughput, useful for comparing plans, not for promising numbers.
@@ -49,6 +53,21 @@ def _ints(text: str) -> tuple[int, ...]:
             f"expected comma-separated positive integers such as 1,2,3,4, got {text!r}"
         )
     return values
+
+
+def _shape(text: str) -> tuple[int, int]:
+    """``2:1`` or ``2A1F`` -> (2, 1)."""
+    plain = text.upper().removesuffix("F").replace("A", ":")
+    attention, sep, ffn = plain.partition(":")
+    try:
+        values = (int(attention), int(ffn)) if sep else ()
+    except ValueError:
+        values = ()
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected attention:ffn instances such as 2:1 (or 2A1F), got {text!r}"
+        )
+    return values[0], values[1]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -103,6 +122,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="most sequences per attention instance per micro-batch",
     )
     parser.add_argument(
+        "--evaluate",
+        type=_shape,
+        metavar="A:F",
+        help="only this many attention and FFN instances (overrides --max-attention "
+        "and --max-ffn)",
+    )
+    parser.add_argument(
+        "--batch",
+        type=int,
+        help="sequences per attention instance per micro-batch, fixed: predict "
+        "at this batch instead of searching the largest that meets --tpot-ms",
+    )
+    parser.add_argument(
         "--memory-fraction",
         type=float,
         default=0.9,
@@ -131,6 +163,11 @@ def _range_problems(args: argparse.Namespace) -> list[str]:
     ):
         if value < 1:
             problems.append(f"{flag} must be at least 1, got {value}")
+    if args.batch is not None and not 1 <= args.batch <= args.max_batch:
+        problems.append(
+            f"--batch must be between 1 and --max-batch ({args.max_batch}), "
+            f"got {args.batch}"
+        )
     if not 0 < args.memory_fraction <= 1:
         problems.append(
             f"--memory-fraction must be in (0, 1], got {args.memory_fraction:g}"
@@ -155,6 +192,8 @@ def run(args: argparse.Namespace) -> int:
         max_ffn=args.max_ffn,
         micro_batches=args.micro_batches,
         max_batch=args.max_batch,
+        evaluate=args.evaluate,
+        batch=args.batch,
         memory_fraction=args.memory_fraction,
         top=args.top,
         root=args.root,

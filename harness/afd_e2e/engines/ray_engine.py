@@ -46,12 +46,29 @@ PLACEMENT_SHARE = 0.001
 """How much of a node's ``afd-node-*`` resource one server takes: any number
 of servers fit, and only on that node."""
 
-_Agent = ray.remote(num_cpus=0, max_restarts=0)(ServerAgent)
+
+class _NodeAgent(ServerAgent):
+    """The agent as a Ray actor: it also says which Ray node it runs on."""
+
+    def ray_node(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+
+_Agent = ray.remote(num_cpus=0, max_restarts=0)(_NodeAgent)
 _scan = ray.remote(num_cpus=0, max_retries=0)(scan_node)
 
 
 def _quote(lines: list[str]) -> str:
     return "\n".join(f"  | {line}" for line in lines)
+
+
+def _node_resources() -> dict[str, set[str]]:
+    """Alive Ray node id -> the resources it offers."""
+    return {
+        node["NodeID"]: set(node.get("Resources", {}))
+        for node in ray.nodes()
+        if node.get("Alive")
+    }
 
 
 class RayServers:
@@ -85,12 +102,21 @@ class RayServers:
             self.scenario.teardown.sigkill == "marker-scan",
         )
         try:
+            # Where it landed, checked before anything starts there.
+            node_id = ray.get(agent.ray_node.remote(), timeout=CALL_TIMEOUT_S)
+            offered = _node_resources().get(node_id, set())
+            if launch.node is not None and node_resource(launch.node) not in offered:
+                raise RuntimeError(
+                    f"Ray placed it on node {node_id}, which does not offer "
+                    f"{node_resource(launch.node)}"
+                )
             where = ray.get(
                 agent.start.remote(
                     launch.role, launch.rank, list(launch.argv), dict(launch.env)
                 ),
                 timeout=CALL_TIMEOUT_S,
             )
+            where["ray_node"] = node_id
         except Exception as exc:
             ray.kill(agent)
             raise RoleError(
@@ -190,6 +216,7 @@ class RayServers:
                 "pid": where["pid"],
                 "node": launch.node,
                 "host": where["host"],
+                "ray_node": where["ray_node"],
             }
             for name, (launch, _, where, _) in self._agents.items()
         }

@@ -34,6 +34,10 @@ class PlanRequest:
     max_ffn: int = 8
     micro_batches: tuple[int, ...] = (1, 2, 3, 4)
     max_batch: int = 1 << 16
+    evaluate: tuple[int, int] | None = None
+    """(A, F): evaluate this deployment only (``--evaluate A:F``)."""
+    batch: int | None = None
+    """Sequences per attention instance per micro-batch, fixed (``--batch``)."""
     memory_fraction: float = 0.9
     top: int = 10
     root: Path | None = None
@@ -75,9 +79,13 @@ def make_plan(request: PlanRequest) -> PlanReport:
     else:
         model = RooflineModel.build(shape, profile, dtype, request.kv_dtype)
         source = "roofline at peak (an upper bound; --calibration for measured)"
+    attention, ffn = request.evaluate or (None, None)
     space = SearchSpace(
-        max_attention=request.max_attention,
-        max_ffn=request.max_ffn,
+        max_attention=attention or request.max_attention,
+        max_ffn=ffn or request.max_ffn,
+        min_attention=attention or 1,
+        min_ffn=ffn or 1,
+        batch=request.batch,
         micro_batches=request.micro_batches,
         max_batch=request.max_batch,
         memory_fraction=request.memory_fraction,

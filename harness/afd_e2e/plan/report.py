@@ -101,6 +101,7 @@ def text(report: PlanReport) -> str:
         ),
         f"  dtypes: weights {sp.dtype}, KV cache {sp.kv_dtype}",
         f"  stage times: {report.stage_source}",
+        *_restricted_lines(sp),
         "",
     ]
     shown = list(r.candidates[: report.top])
@@ -136,6 +137,19 @@ def text(report: PlanReport) -> str:
     ]
     lines += _paper_lines(report.analysis)
     return "\n".join(lines) + "\n"
+
+
+def _restricted_lines(sp: SearchSpace) -> list[str]:
+    """What ``--evaluate`` and ``--batch`` fixed, if anything."""
+    lines = []
+    if (sp.min_attention, sp.min_ffn) == (sp.max_attention, sp.max_ffn):
+        lines.append(f"  evaluated: only {sp.max_attention}A{sp.max_ffn}F")
+    if sp.batch is not None:
+        lines += [
+            f"  batch: {sp.batch} per attention instance and micro-batch (--batch),",
+            "         whatever TPOT it takes",
+        ]
+    return lines
 
 
 def _paper_lines(a: Analysis) -> list[str]:
@@ -216,6 +230,7 @@ def _candidate_json(c: Candidate) -> dict[str, Any]:
         "total_batch": c.total_batch,
         "devices": c.devices,
         "tpot_s": c.tpot_s,
+        "tokens_per_s": c.total_batch / c.tpot_s,
         "tokens_per_s_per_device": c.tokens_per_device,
         "binding": c.binding,
         "stage_times_s": {
@@ -228,7 +243,7 @@ def _candidate_json(c: Candidate) -> dict[str, Any]:
 
 
 def as_json(report: PlanReport) -> dict[str, Any]:
-    s, w, r = report.shape, report.workload, report.result
+    s, w, r, sp = report.shape, report.workload, report.result, report.space
     best = r.recommended
     return {
         "schema_version": SCHEMA_VERSION,
@@ -254,6 +269,12 @@ def as_json(report: PlanReport) -> dict[str, Any]:
         "dtype": report.space.dtype,
         "kv_dtype": report.space.kv_dtype,
         "stage_times": report.stage_source,
+        "search": {
+            "attention_instances": [sp.min_attention, sp.max_attention],
+            "ffn_instances": [sp.min_ffn, sp.max_ffn],
+            "micro_batches": list(sp.micro_batches),
+            "fixed_batch": sp.batch,
+        },
         "feasible": len(r.candidates),
         "rejected": r.rejected,
         "candidates": [_candidate_json(c) for c in r.candidates[: report.top]],

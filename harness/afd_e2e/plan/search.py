@@ -30,6 +30,14 @@ class SearchSpace:
     """Most attention instances (Step-3 section 7.3 goes to 16A2F)."""
     max_ffn: int = 8
     """Most FFN instances."""
+    min_attention: int = 1
+    """Fewest attention instances (``--evaluate A:F`` sets both bounds to A)."""
+    min_ffn: int = 1
+    """Fewest FFN instances (``--evaluate A:F`` sets both bounds to F)."""
+    batch: int | None = None
+    """Sequences per attention instance per micro-batch, fixed (``--batch``):
+    each plan is evaluated at this batch, whether it meets the TPOT target or
+    not (binding ``fixed-batch``); None searches the largest batch that does."""
     micro_batches: tuple[int, ...] = tuple(range(1, MAX_MICRO_BATCHES + 1))
     """Micro-batch counts tried (MegaScale-Infer: at most 4)."""
     max_batch: int = 1 << 16
@@ -56,7 +64,8 @@ class Candidate:
     devices: int
     binding: str
     """What stops the batch growing: kv-memory, batch-cap, or tpot:<stage>
-    (attention, ffn, exchange, or pipeline when the pipeline has bubbles)."""
+    (attention, ffn, exchange, or pipeline when the pipeline has bubbles);
+    fixed-batch when the batch was given (``SearchSpace.batch``)."""
 
     @property
     def label(self) -> str:
@@ -136,9 +145,9 @@ def search(
     )
     rejected: Counter[str] = Counter()
     found = []
-    for f in range(1, space.max_ffn + 1):
+    for f in range(space.min_ffn, space.max_ffn + 1):
         fits = capacity.ffn_fits(shape, profile, space.memory_fraction, weight_bytes, f)
-        for a in range(1, space.max_attention + 1):
+        for a in range(space.min_attention, space.max_attention + 1):
             for m in space.micro_batches:
                 if not fits:
                     rejected["ffn-memory"] += 1
@@ -149,11 +158,18 @@ def search(
                     rejected["kv-memory"] += 1
                     continue
 
-                def ok(b: int, a: int = a, f: int = f, m: int = m) -> bool:
-                    _, tpot = evaluate(model, shape, workload, a, f, m, b)
-                    return tpot <= workload.tpot_s
+                if space.batch is not None:
+                    if space.batch > limit:
+                        rejected["kv-memory"] += 1
+                        continue
+                    batch = space.batch
+                else:
 
-                batch = _largest_batch(ok, limit)
+                    def ok(b: int, a: int = a, f: int = f, m: int = m) -> bool:
+                        _, tpot = evaluate(model, shape, workload, a, f, m, b)
+                        return tpot <= workload.tpot_s
+
+                    batch = _largest_batch(ok, limit)
                 if batch == 0:
                     rejected["tpot"] += 1
                     continue
@@ -189,6 +205,8 @@ def _binding(
     stages: StageTimes,
     m: int,
 ) -> str:
+    if space.batch is not None:
+        return "fixed-batch"
     if batch == limit:
         if kv_cap is not None and kv_cap // m <= space.max_batch:
             return "kv-memory"

@@ -9,14 +9,22 @@ transport is chosen here (``transport`` in its extra config).
 
 from __future__ import annotations
 
+import logging
+
 from afd_plugin.connectors.cpu.schema import P2pGlooExtraConfig
-from afd_plugin.connectors.cpu.shm_transport import ShmTransport, choose_shm
+from afd_plugin.connectors.cpu.shm_transport import (
+    ShmTransport,
+    choose_shm,
+    shm_refusal,
+)
 from afd_plugin.connectors.gloo_world import GlooWorld
 from afd_plugin.connectors.p2p_base import (
     DataTransport,
     GlooTransport,
     P2pAFDConnectorBase,
 )
+
+logger = logging.getLogger("afd_plugin")
 
 
 class P2pGlooAFDConnector(P2pAFDConnectorBase):
@@ -28,4 +36,10 @@ class P2pGlooAFDConnector(P2pAFDConnectorBase):
         peers = (self.ffn_peer,) if self.is_attention else self.attention_peers
         if choose_shm(self.extra, world, peers):
             return ShmTransport(world, peers, self.extra, is_ffn=not self.is_attention)
+        why = (
+            "transport is 'gloo'"
+            if self.extra.transport == "gloo"
+            else shm_refusal(world, peers)
+        )
+        logger.info("afd-plugin: %s: gloo data path (%s)", world.me(), why)
         return GlooTransport(world)
