@@ -12,6 +12,7 @@ from lint_repo import ROOT
 from afd_e2e.catalogue import Catalogue
 from afd_e2e.cli import main
 from afd_e2e.launch import baseline_topology, build_plan
+from afd_e2e.placement import slots
 from afd_plugin.config import parse_afd_config
 
 CATALOGUE = Catalogue.load(ROOT)
@@ -66,8 +67,10 @@ def test_dry_run_plan(scenario_id: str, tmp_path: Path, capsys) -> None:
             "cuda": "CUDA_VISIBLE_DEVICES",
             "npu": "ASCEND_RT_VISIBLE_DEVICES",
         }
+        # a server's devices: its placement entry's, else its role's
+        devices = slots(scenario, role["role"], topo)[role["rank"]].devices
         if scenario.backend in device_env:
-            assert env[device_env[scenario.backend]] == ",".join(map(str, topo.devices))
+            assert env[device_env[scenario.backend]] == ",".join(map(str, devices))
         if role["role"] != "baseline":
             extra = json.loads(argv[argv.index("--additional-config") + 1])
             cfg = parse_afd_config(extra)
@@ -87,7 +90,7 @@ def test_dry_run_plan(scenario_id: str, tmp_path: Path, capsys) -> None:
             assert "--enforce-eager" in argv
         else:
             assert scenario.graph.mode in argv[argv.index("--compilation-config") + 1]
-    order = [r["role"] for r in roles]
+    order = list(dict.fromkeys(r["role"] for r in roles))  # a role's servers together
     if scenario.afd and scenario.checks.parity is not None:
         assert order[0] == "baseline"
         assert "afd" not in roles[0]["env"]["VLLM_PLUGINS"].split(",")

@@ -97,7 +97,11 @@ def test_servers_flags_and_addresses_follow_the_placement(monkeypatch) -> None:
     plan = plan_of(scenario, nodes=ADDRESSES)
     by_name = {r.name: r for r in plan.roles}
     assert list(by_name) == ["ffn-0", "attention-0", "attention-1"]
-    leader, worker, ffn = by_name["attention-0"], by_name["attention-1"], by_name["ffn-0"]
+    leader, worker, ffn = (
+        by_name["attention-0"],
+        by_name["attention-1"],
+        by_name["ffn-0"],
+    )
     assert (leader.node, worker.node, ffn.node) == ("attn-0", "attn-1", "ffn-0")
     # the leader serves the API on its node; the worker is headless
     assert arg(leader.argv, "--host") == "10.0.0.1"
@@ -114,9 +118,7 @@ def test_servers_flags_and_addresses_follow_the_placement(monkeypatch) -> None:
     assert len(rpc) == 1  # one DP group
     # AFD: every server rendezvouses at the first FFN server's node
     for server in plan.roles:
-        config = parse_afd_config(
-            json.loads(arg(server.argv, "--additional-config"))
-        )
+        config = parse_afd_config(json.loads(arg(server.argv, "--additional-config")))
         assert config is not None
         assert (config.host, config.secret_env) == ("10.0.0.3", launch.SECRET_ENV)
         assert len(server.env[launch.SECRET_ENV]) == 32
@@ -240,12 +242,18 @@ def test_placement_errors_are_positioned_and_all_reported(tmp_path: Path, capsys
     assert main(["validate", "--root", str(repo), str(path)]) == 1
     err = capsys.readouterr().err
     for expected in (
-        "cpu-bad-placement.yaml:7:5: placement.nodes.Node_B: node name 'Node_B' "
-        "must be a DNS label",
-        "cpu-bad-placement.yaml:11:8: placement.attention[1].node: no node named "
-        "'node-x' under placement.nodes; known: Node_B, node-a, node-c",
-        "placement.attention: the attention servers run 3 DP ranks in all "
-        "(sum of dp_local), but topology.attention.dp is 2",
+        (
+            "cpu-bad-placement.yaml:7:5: placement.nodes.Node_B: node name 'Node_B' "
+            "must be a DNS label"
+        ),
+        (
+            "cpu-bad-placement.yaml:11:8: placement.attention[1].node: no node named "
+            "'node-x' under placement.nodes; known: Node_B, node-a, node-c"
+        ),
+        (
+            "placement.attention: the attention servers run 3 DP ranks in all "
+            "(sum of dp_local), but topology.attention.dp is 2"
+        ),
         "placement.ffn: an AFD scenario with a placement places its ffn servers too",
         "placement.nodes.node-c: node 'node-c' runs no server",
     ):

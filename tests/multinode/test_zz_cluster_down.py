@@ -5,7 +5,7 @@ within its grace, and no Ray process of it is left."""
 from __future__ import annotations
 
 import pytest
-from conftest import LocalCluster
+from local_cluster import LocalCluster
 
 from afd_e2e.engines.ray_cluster import leftovers
 

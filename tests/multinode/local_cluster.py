@@ -1,18 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
-"""A local Ray cluster (head + node-a + node-b) shared by this directory's
-tests, started and stopped the way users do it: ``afd-e2e cluster up|down``.
-The cluster's end is a test of its own (test_zz_cluster_down.py); the
-fixture only stops what that test did not."""
+"""The ``afd-e2e`` command as these tests run it, and the local Ray cluster
+they share (``afd-e2e cluster up|down``, as users start and stop it)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,21 +39,3 @@ class LocalCluster:
         return afd_e2e(
             "cluster", "down", "--state-dir", str(self.state_dir), timeout_s=120
         )
-
-
-@pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    started = LocalCluster(tmp_path_factory.mktemp("ray") / "cluster")
-    try:
-        assert started.up.returncode == 0, started.up.stdout + started.up.stderr
-        yield started
-    finally:
-        if (started.state_dir / "cluster.json").exists():
-            started.down()
-
-
-@pytest.fixture(scope="session")
-def tiny_model_root() -> Path:
-    from afd_e2e.tiny_model import default_root
-
-    return default_root()

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import LocalCluster, afd_e2e
+from local_cluster import LocalCluster, afd_e2e
 
 from afd_e2e.engines.ray_cluster import leftovers
 
