@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "model": ("model", "build tiny local models for CPU scenarios"),
     "bench": ("bench", "vLLM's serving benchmark: AFD vs its colocated baseline"),
     "cluster": ("cluster", "start or stop a local Ray cluster for --engine ray"),
+    "render": ("render", "a scenario's launch plan as Kubernetes manifests"),
     "plan": (
         "plan",
         (

@@ -120,13 +120,23 @@ def step_text(scenario_id: str, scenario: Scenario) -> str:
     return yaml.safe_dump([step], sort_keys=False, width=100).rstrip()
 
 
+CLUSTER_QUEUES = {"cuda": "gpu_cluster", "npu": "npu_cluster", "cpu": "cpu"}
+"""Agents of a multi-node scenario: a machine attached to a Ray cluster whose
+workers offer the scenario's ``afd-node-<name>`` resources."""
+
+
 def render_step(scenario_id: str, s: Scenario) -> dict[str, Any]:
     minutes = int((s.timeouts.startup_s + s.timeouts.checks_s) / 60) + 15
+    command = f'afd-e2e run {scenario_id} --model-root "$$AFD_MODEL_ROOT"'
+    queue = QUEUES[s.backend]
+    if len(s.nodes) > 1:  # placed on several machines: through their Ray cluster
+        command += ' --engine ray --ray-address "$$AFD_RAY_ADDRESS"'
+        queue = CLUSTER_QUEUES[s.backend]
     return {
         "label": f"e2e {scenario_id} ({s.shape})",
         "key": "e2e-" + re.sub(r"[^a-z0-9-]", "-", scenario_id.lower()),
-        "command": f'afd-e2e run {scenario_id} --model-root "$$AFD_MODEL_ROOT"',
-        "agents": {"queue": QUEUES[s.backend]},
+        "command": command,
+        "agents": {"queue": queue},
         "timeout_in_minutes": minutes,
         "retry": {"automatic": False},
     }

@@ -316,7 +316,17 @@ def build_plan(
     run_dir = run_dir or Path("runs") / run_id
     served = scenario.model.served_name or scenario_id
     model_path = resolve_model(scenario, model_root)
-    afd_port = scenario.ports.afd or (free_port() if scenario.afd else None)
+    taken: set[int] = set()
+
+    def fresh_port() -> int:
+        """A free port no other server of this plan was given: the OS may
+        hand out a port again once the probe socket is closed."""
+        while (port := free_port()) in taken:
+            pass
+        taken.add(port)
+        return port
+
+    afd_port = scenario.ports.afd or (fresh_port() if scenario.afd else None)
     afd_node = rendezvous_node(scenario)
     afd_host = nodes[afd_node] if afd_node is not None else HOST
     next_api = scenario.ports.api
@@ -344,11 +354,11 @@ def build_plan(
             host = nodes[slot.node] if slot.node is not None else HOST
             api_port = 0
             if not slot.headless:
-                api_port = next_api if next_api is not None else free_port()
+                api_port = next_api if next_api is not None else fresh_port()
                 if next_api is not None:
                     next_api += 1
             if topo.dp > 1 and dp_rpc_port is None:
-                dp_rpc_port = free_port()  # one per role, after its API port
+                dp_rpc_port = fresh_port()  # one per role, after its API port
             argv = server_argv(
                 model_path,
                 None if slot.headless else api_port,

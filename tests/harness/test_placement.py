@@ -280,3 +280,17 @@ def test_device_rules_name_the_node_and_the_other_server(tmp_path: Path) -> None
     assert "topology.ffn.devices: with a placement, devices are listed per server" in (
         errors
     )
+
+
+def test_a_port_the_os_hands_out_twice_is_not_given_twice(monkeypatch) -> None:
+    # The OS may return a port again once the probing socket is closed.
+    ports = iter([20000, 20000, 20001, 20001, 20002, 20003, 20004, 20005, 20006])
+    monkeypatch.setattr(launch, "free_port", lambda: next(ports))
+    plan = plan_of(Catalogue.load(ROOT).get("cpu-eager-2a1f"), baseline=True)
+    given = [r.api_port for r in plan.roles] + [plan.afd_port]
+    given += [
+        int(arg(r.argv, "--data-parallel-rpc-port"))
+        for r in plan.roles
+        if "--data-parallel-rpc-port" in r.argv
+    ]
+    assert len(given) == len(set(given)) == 5
