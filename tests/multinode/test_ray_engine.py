@@ -66,6 +66,10 @@ def test_dry_run_shows_the_node_and_argv_of_each_server(
     assert "[ffn-0] node node-b  api http://127.0.0.1:" in out
     assert "[attention-0] node node-a  api http://127.0.0.1:" in out
     assert out.count("  argv ") == 3  # baseline, ffn, attention
+    # and which Ray node of the cluster each logical node is
+    ray_lines = [ln for ln in out.splitlines() if ln.startswith("ray      ")]
+    assert [ln.split()[1] for ln in ray_lines] == ["node-a", "node-b"]
+    assert len({ln.split()[5] for ln in ray_lines}) == 2  # two Ray nodes
     assert not (tmp_path / "run").exists()  # nothing ran
 
 

@@ -45,8 +45,13 @@ def run(args: argparse.Namespace) -> int:
             launchable = plan_scenario(args, engine=engine, dry_run=args.dry_run)
             if args.dry_run:
                 plan = launchable.plan
-                out = plan.to_dict() if args.json else describe(plan, engine.name)
-                print(json.dumps(out, indent=2) if args.json else out)
+                if args.json:
+                    print(json.dumps(plan.to_dict(), indent=2))
+                else:
+                    print(describe(plan, engine.name))
+                    where = getattr(engine, "describe_nodes", None)
+                    for line in where() if where else []:
+                        print(line)
                 return 0
             ready_to_start(args, launchable)
         except Refused as exc:

@@ -279,6 +279,8 @@ class RayEngine:
                 )
             address = self.local.address
         self.address = address
+        self.ray_nodes: dict[str, tuple[str, str]] = {}
+        """Logical node -> (Ray node id, its address), once resolved."""
         try:
             ray.init(
                 address=address,
@@ -303,7 +305,9 @@ class RayEngine:
                 continue
             for key in node.get("Resources", {}):
                 if key.startswith(node_resource("")):
-                    offered[key[len(node_resource("")) :]] = node["NodeManagerAddress"]
+                    name = key[len(node_resource("")) :]
+                    offered[name] = node["NodeManagerAddress"]
+                    self.ray_nodes[name] = (node["NodeID"], node["NodeManagerAddress"])
         missing = [n for n in scenario.nodes if n not in offered]
         if missing:
             have = ", ".join(sorted(offered)) or "none"
@@ -319,6 +323,13 @@ class RayEngine:
             # loopback (Ray itself reports the machine's outside address).
             return {n: HOST for n in scenario.nodes}
         return {n: offered[n] for n in scenario.nodes}
+
+    def describe_nodes(self) -> list[str]:
+        """Where the logical nodes are in the cluster (for ``--dry-run``)."""
+        return [
+            f"ray      {name} -> Ray node {node_id[:12]} at {address}"
+            for name, (node_id, address) in sorted(self.ray_nodes.items())
+        ]
 
     def servers(
         self, plan: LaunchPlan, scenario: Scenario, *, echo: bool
