@@ -77,7 +77,6 @@ def arg(argv: list[str], flag: str) -> str:
     "sid",
     [
         "cpu-eager-1a1f",
-        "cpu-eager-2a1f",
         "afd-eager-2a2f",
         "afd-dsv4-flash-async-cam-dp2tp4-ep8",
     ],
@@ -294,3 +293,20 @@ def test_a_port_the_os_hands_out_twice_is_not_given_twice(monkeypatch) -> None:
         if "--data-parallel-rpc-port" in r.argv
     ]
     assert len(given) == len(set(given)) == 5
+
+
+def test_cpu_dp_roles_run_the_model_in_their_engine_cores() -> None:
+    cat = Catalogue.load(ROOT)
+    plan = plan_of(cat.get("cpu-eager-2a1f"), baseline=True)
+    by_role = {r.role: r.argv for r in plan.roles}
+    assert arg(by_role["attention"], "--distributed-executor-backend") == "uni"
+    for one_rank in ("ffn", "baseline"):
+        assert "--distributed-executor-backend" not in by_role[one_rank]
+    # hardware keeps vLLM's choice; a scenario naming an executor keeps its own
+    cuda = plan_of(Scenario.model_validate(MULTI_NODE_CUDA), nodes=ADDRESSES)
+    assert all("--distributed-executor-backend" not in r.argv for r in cuda.roles)
+    own = cat.get("cpu-eager-2a1f").model_copy(deep=True)
+    own.roles.attention.args.extend(["--distributed-executor-backend", "mp"])
+    argv = plan_of(own).role("attention").argv
+    assert argv.count("--distributed-executor-backend") == 1
+    assert arg(argv, "--distributed-executor-backend") == "mp"
