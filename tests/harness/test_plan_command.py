@@ -16,7 +16,7 @@ from lint_repo import ROOT
 from afd_e2e.cli import main
 from afd_e2e.plan.megascale import pipeline_time
 from afd_e2e.plan.planner import PlanRequest, make_plan
-from afd_e2e.plan.stages import RooflineModel
+from afd_e2e.plan.stages import RooflineModel, host_sharing
 
 WORKED_EXAMPLE = [
     "plan",
@@ -144,6 +144,12 @@ def _calibration(tmp_path: Path, ffn_slope: float) -> Path:
 def test_calibrated_plan_for_a_cpu_scenario(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
+    # CPU instances with cores of their own (cpu-2core shares one machine's).
+    own_cores = tmp_path / "cpu-own-cores.yaml"
+    own_cores.write_text(
+        "schema_version: 1\nname: cpu-own-cores\n"
+        "sources: ['none: stage times from --calibration']\n"
+    )
     base = [
         "plan",
         "--model",
@@ -151,7 +157,7 @@ def test_calibrated_plan_for_a_cpu_scenario(
         "--root",
         str(ROOT),
         "--hardware",
-        "cpu-2core",
+        str(own_cores),
         "--context",
         "512",
         "--tpot-ms",
@@ -173,6 +179,37 @@ def test_calibrated_plan_for_a_cpu_scenario(
     slow_ffn = json.loads(capsys.readouterr().out)["recommended"]
     ratio = slow_ffn["attention_instances"] / slow_ffn["ffn_instances"]
     assert ratio < 3
+
+
+def test_instances_sharing_one_machine_slow_each_other(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """cpu-2core: every instance on one 2-core machine. Two instances (the
+    1A1F the calibration is measured on) run as measured; each instance more
+    slows every stage by processor sharing, (A + F) / 2 over 1A1F's 1."""
+    calibration = str(_calibration(tmp_path, 1e-5))
+    per_instance: dict[str, dict] = {}
+    for shape in ("1:1", "2:1", "3:1", "2:2"):
+        args = ["plan", "--model", "cpu-eager-1a1f", "--root", str(ROOT)]
+        args += ["--hardware", "cpu-2core", "--calibration", calibration]
+        args += ["--context", "512", "--evaluate", shape, "--batch", "4", "--json"]
+        assert main(args) == 0
+        per_instance[shape] = json.loads(capsys.readouterr().out)["recommended"]
+    alone = per_instance["1:1"]["stage_times_s"]
+    assert alone["attention"] == pytest.approx(2e-4 + 4e-5 * 4)  # as measured
+    for shape, slow in (("2:1", 1.5), ("3:1", 2.0), ("2:2", 2.0)):
+        stages = per_instance[shape]["stage_times_s"]
+        assert stages["attention"] == pytest.approx(alone["attention"] * slow)
+    # the FFN of 2A1F computes both instances' 8 tokens, at 3/2 the time
+    ffn = per_instance["2:1"]["stage_times_s"]["ffn"]
+    assert ffn == pytest.approx((5e-4 + 1e-5 * 8) * 1.5)
+
+
+def test_host_sharing_is_one_without_a_shared_host() -> None:
+    assert host_sharing(9, None) == 1.0
+    assert host_sharing(2, 2) == 1.0 and host_sharing(1, 2) == 1.0
+    assert host_sharing(3, 2) == 1.5
+    assert host_sharing(8, 4) == 2.0  # calibration's two fit on four cores
 
 
 def test_cpu_profile_without_calibration_is_refused(

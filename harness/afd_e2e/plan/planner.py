@@ -74,8 +74,13 @@ def make_plan(request: PlanRequest) -> PlanReport:
     dtype = request.dtype or profile.compute_dtype or "bf16"
     model: StageModel
     if fits is not None:
-        model = CalibratedModel(fits, shape)
+        model = CalibratedModel(fits, shape, profile.shared_host_cores)
         source = f"calibrated: linear fits to {fits.rows} rows of {fits.source}"
+        if profile.shared_host_cores is not None:
+            source += (
+                f"; all instances share {profile.shared_host_cores} cores "
+                "(stage times x max(1, (A+F)/cores) over 1A1F's)"
+            )
     else:
         model = RooflineModel.build(shape, profile, dtype, request.kv_dtype)
         source = "roofline at peak (an upper bound; --calibration for measured)"

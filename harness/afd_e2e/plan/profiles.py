@@ -55,6 +55,12 @@ class HardwareProfile(BaseModel):
     network_bandwidth: float | None = Field(default=None, gt=0)
     """Network bandwidth of one instance, all its NICs together, bytes/s (the
     ``Net`` of Step-3 section 5.4: 8 x 400 Gb/s = 400e9 B/s for H800)."""
+    shared_host_cores: int | None = Field(default=None, ge=1)
+    """All instances of a deployment share one host of this many cores, each
+    instance one single-threaded engine process (a development machine, as in
+    the CPU end-to-end scenarios). Calibrated stage times then scale by
+    processor sharing: ``max(1, (A + F) / cores)`` over the calibration
+    deployment's ``max(1, 2 / cores)``. Null: every instance has its own."""
     cost_per_device_hour: float | None = Field(default=None, gt=0)
     """Price of one device for one hour, USD; an instance costs
     ``devices_per_instance`` times this."""

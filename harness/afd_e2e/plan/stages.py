@@ -170,25 +170,42 @@ class RooflineModel:
         )
 
 
+CALIBRATION_INSTANCES = 2
+"""The calibration file is measured on 1A1F: two instances."""
+
+
+def host_sharing(instances: int, cores: int | None) -> float:
+    """How much slower each instance runs when ``instances`` single-threaded
+    engine processes share ``cores`` (processor sharing), relative to the
+    1A1F calibration on the same host; 1 when instances do not share."""
+    if cores is None:
+        return 1.0
+    return max(1.0, instances / cores) / max(1.0, CALIBRATION_INSTANCES / cores)
+
+
 @dataclass(frozen=True)
 class CalibratedModel:
     """Stage times from linear fits to measurements on one instance per role
     (``calibration``): an FFN instance's time depends only on the tokens it
     processes (A x batch / F), the fitted intercept is kept whole; the
-    exchange is split evenly into dispatch and combine."""
+    exchange is split evenly into dispatch and combine. With ``host_cores``
+    (the profile's ``shared_host_cores``) every stage is slowed by
+    :func:`host_sharing` of the deployment's A + F instances."""
 
     fits: StageFits
     shape: ModelShape
+    host_cores: int | None = None
     kind: str = "calibrated"
 
     def times(self, attention: int, ffn: int, batch: int, context: float) -> StageTimes:
         sent, received = _traffic(self.shape, attention, ffn, batch)
         exchange = max(self.fits.exchange(sent), self.fits.exchange(received))
+        slow = host_sharing(attention + ffn, self.host_cores)
         return StageTimes(
-            attention=self.fits.attention_time(batch, context),
-            dispatch=exchange / 2,
-            ffn=self.fits.ffn(attention * batch / ffn),
-            combine=exchange / 2,
+            attention=self.fits.attention_time(batch, context) * slow,
+            dispatch=exchange / 2 * slow,
+            ffn=self.fits.ffn(attention * batch / ffn) * slow,
+            combine=exchange / 2 * slow,
         )
 
     def linear(self, context: float) -> LinearStageModels:
