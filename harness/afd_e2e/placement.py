@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from afd_e2e.deployment import role_topology
 from afd_e2e.scenario import (
     NODE_NAME,
     LoadedScenario,
@@ -48,13 +49,6 @@ class ServerSlot:
         """Later servers of a role run only engines and join the first one's
         DP group; the first serves the role's API."""
         return self.index > 0
-
-
-def role_topology(scenario: Scenario, role: str) -> RoleTopology:
-    if role == "ffn":
-        assert scenario.topology.ffn is not None
-        return scenario.topology.ffn
-    return scenario.topology.attention
 
 
 def _entries(scenario: Scenario, role: str) -> list[PlacementEntry]:

@@ -8,28 +8,14 @@ process left behind.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import afd_e2e
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
 RUN_LIMIT_S = 1500
-
-
-def afd_e2e(*args: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
-    """The ``afd-e2e`` command as a user runs it, in its own session."""
-    return subprocess.run(
-        [sys.executable, "-m", "afd_e2e.cli", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        start_new_session=True,
-    )
 
 
 def run_scenario(scenario: str, run_dir: Path, model_root: Path) -> dict:

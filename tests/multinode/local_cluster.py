@@ -6,22 +6,9 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def afd_e2e(*args: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
-    """The ``afd-e2e`` command as a user runs it, in its own session."""
-    return subprocess.run(
-        [sys.executable, "-m", "afd_e2e.cli", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        start_new_session=True,
-    )
+from cli_runner import afd_e2e
 
 
 class LocalCluster:
