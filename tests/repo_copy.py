@@ -65,12 +65,22 @@ def pip_wheel(
     dependencies, no build isolation: the running environment's setuptools,
     torch and what ``env`` adds)."""
     return subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", ".", "--no-deps",
-         "--no-build-isolation", "--no-index", "-v", "-w", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            ".",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-v",
+            "-w",
+            str(out),
+        ],
         cwd=src,
         env=env,
         capture_output=True,
         text=True,
         timeout=timeout_s,
     )
-

@@ -85,4 +85,3 @@ class StreamingClient:
         """Wait for the stream to end; whether it did."""
         self.thread.join(timeout_s)
         return not self.thread.is_alive()
-

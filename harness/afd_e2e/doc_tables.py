@@ -113,7 +113,8 @@ def model_table() -> str:
             fam.family,
             _code(fam.architectures),
             ", ".join(fam.platforms),
-            _runs(fam.platforms) if any(fam.in_build(a) for a in fam.architectures)
+            _runs(fam.platforms)
+            if any(fam.in_build(a) for a in fam.architectures)
             else "nowhere yet",
             "either side" if fam.gate_on_attention else "FFN only",
             _code(a for a in fam.architectures if fam.in_build(a)) or "not yet",

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import socket
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -17,6 +16,7 @@ from typing import Any
 from afd_e2e import policy
 from afd_e2e.deployment import additional_config
 from afd_e2e.placement import ServerSlot, node_env, rendezvous_node, slots
+from afd_e2e.ports import pick_free_port
 from afd_e2e.scenario import RoleTopology, Scenario
 from afd_plugin.config import parse_afd_config
 from afd_plugin.connectors.registry import AFDConnectorFactory
@@ -189,10 +189,10 @@ class LaunchPlan:
 
 
 def free_port() -> int:
-    """A port free on loopback right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
+    """A port free on loopback now, outside the kernel's ephemeral range so
+    no process binding port 0 can take it before its server does
+    (:mod:`afd_e2e.ports`)."""
+    return pick_free_port(HOST)
 
 
 def server_argv(
@@ -342,8 +342,8 @@ def build_plan(
     taken: set[int] = set()
 
     def fresh_port() -> int:
-        """A free port no other server of this plan was given: the OS may
-        hand out a port again once the probe socket is closed."""
+        """A free port no other server of this plan was given: a port stays
+        free (and may be drawn again) until its server binds it."""
         while (port := free_port()) in taken:
             pass
         taken.add(port)

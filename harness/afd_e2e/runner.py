@@ -83,9 +83,7 @@ def _gsm8k_data(plan: LaunchPlan, scenario: Scenario) -> Path | None:
     return write_items(plan.run_dir / "gsm8k-items", spec.samples, max(spec.fewshot, 1))
 
 
-def _gsm8k(
-    plan: LaunchPlan, scenario: Scenario, procs: Servers
-) -> list[CheckResult]:
+def _gsm8k(plan: LaunchPlan, scenario: Scenario, procs: Servers) -> list[CheckResult]:
     from afd_e2e.checks.answer_agreement import compare_runs
     from afd_e2e.checks.gsm8k import Gsm8kRequest, run_gsm8k
 

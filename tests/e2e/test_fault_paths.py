@@ -276,3 +276,53 @@ def test_a_peer_killed_during_teardown_leaves_nothing_behind(
             break
         time.sleep(0.5)
     assert not described, f"left behind: {described}"
+
+
+def engine_processes(server: VllmServer) -> int:
+    """How many of the server's children are engine cores (spawned workers)."""
+    try:
+        children = psutil.Process(server.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return 0
+    count = 0
+    for child in children:
+        try:
+            count += any("spawn_main" in part for part in child.cmdline())
+        except psutil.NoSuchProcess:
+            continue
+    return count
+
+
+def test_a_server_told_to_stop_while_its_engines_start_stops(
+    servers: VllmServers, deepseek_v2: Path
+) -> None:
+    """SIGTERM reaches an attention server with two data-parallel engines while
+    they start (they wait for an FFN that never comes): the server and its
+    engines are gone within the grace, with no SIGKILL. vLLM 0.32.0 by itself
+    drops that interrupt and waits 600 s for the engines it just lost
+    (``afd_plugin.patches.startup_interrupt``)."""
+    attention = servers.start(
+        "attention",
+        deepseek_v2,
+        afd_config("attention", free_port(), num_attention_ranks=2),
+        [
+            "--data-parallel-size",
+            "2",
+            "--data-parallel-rpc-port",
+            str(free_port()),
+            "--distributed-executor-backend",
+            "uni",
+        ],
+    )
+    deadline = time.monotonic() + 300
+    while engine_processes(attention) < 2:
+        assert attention.exit_code() is None, attention.log_tail()
+        assert time.monotonic() < deadline, "its engines never started"
+        time.sleep(0.2)
+    time.sleep(2)  # the engines are loading; the server waits for them
+    assert attention.exit_code() is None, attention.log_tail()
+
+    record = attention.stop()
+    assert not record.escalated, (record.problems(), attention.log_tail())
+    assert not record.problems(), record.problems()
+    assert record.duration_s < EXIT_WITHIN_S

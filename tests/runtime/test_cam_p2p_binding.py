@@ -180,8 +180,16 @@ def binding(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     kernels = tmp / "stub_kernels.o"
     (tmp / "stub_kernels.c").write_text(STUB_KERNELS)
     subprocess.run(
-        ["cc", "-c", "-fPIC", "-O1", f"-I{ROOT / nb.SOURCE_DIR}",
-         str(tmp / "stub_kernels.c"), "-o", str(kernels)],
+        [
+            "cc",
+            "-c",
+            "-fPIC",
+            "-O1",
+            f"-I{ROOT / nb.SOURCE_DIR}",
+            str(tmp / "stub_kernels.c"),
+            "-o",
+            str(kernels),
+        ],
         check=True,
         timeout=60,
     )
@@ -240,8 +248,9 @@ def test_the_binding_implements_the_python_schemas(
     assert "x must be (3, 16), got [4, 16]" in errors["rows"]
     assert "run the gate on the FFN side" in errors["gate"]
     assert "rank 3 is outside the 3 ranks" in errors["rank"]
-    assert "the kernel launch failed on rank 1 (group_ep other): error 5" in (
-        errors["group"]
+    assert (
+        "the kernel launch failed on rank 1 (group_ep other): error 5"
+        in (errors["group"])
     )
     assert "atten_batch_size must be the handle a2e returned" in errors["handle"]
 
@@ -261,8 +270,15 @@ def test_without_the_kernel_library_the_binding_stops_at_its_error(
 
     includes.append(f"-I{sysconfig.get_paths()['include']}")
     done = subprocess.run(
-        ["c++", "-std=c++17", "-E", *includes,
-         str(ROOT / nb.SOURCE_DIR / "afd_ascend_ops.cpp"), "-o", os.devnull],
+        [
+            "c++",
+            "-std=c++17",
+            "-E",
+            *includes,
+            str(ROOT / nb.SOURCE_DIR / "afd_ascend_ops.cpp"),
+            "-o",
+            os.devnull,
+        ],
         capture_output=True,
         text=True,
         timeout=300,

@@ -265,7 +265,4 @@ def test_the_native_library_is_loaded_only_at_connector_init() -> None:
         for scope in scopes
         if scope != "<module>"
     }
-    assert calls == {("afd_plugin.connectors.npu.cam_p2p", "init_afd_connector")}, (
-        calls
-    )
-
+    assert calls == {("afd_plugin.connectors.npu.cam_p2p", "init_afd_connector")}, calls

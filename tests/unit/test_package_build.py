@@ -28,7 +28,6 @@ NATIVE_SUFFIXES = (".so", ".pyd", ".dll", ".dylib", ".o", ".a", ".obj", ".lib")
 SOURCE_SUFFIXES = (".cpp", ".cc", ".c", ".h", ".hpp")
 
 
-
 def build(
     tmp_path: Path, switch: str | None
 ) -> tuple[subprocess.CompletedProcess[str], Path]:
@@ -119,4 +118,3 @@ def test_the_sdist_carries_the_native_sources_and_compiles_nothing(
     ):
         assert wanted in names, wanted
     assert [n for n in names if n.endswith(NATIVE_SUFFIXES)] == []
-

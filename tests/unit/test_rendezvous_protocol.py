@@ -281,4 +281,3 @@ def test_an_exposed_rendezvous_without_a_secret_is_warned_about() -> None:
     assert "secret_env or secret_file" in warning
     assert exposure_warning("10.1.2.3", 29650, has_secret=True) is None
     assert exposure_warning("127.0.0.1", 29650, has_secret=False) is None
-

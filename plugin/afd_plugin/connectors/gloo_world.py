@@ -273,9 +273,7 @@ class GlooWorld:
 
     def _open_store(self) -> RendezvousStore:
         if self.global_rank == 0:
-            warning = exposure_warning(
-                self._host, self._port, self._secret is not None
-            )
+            warning = exposure_warning(self._host, self._port, self._secret is not None)
             if warning is not None:
                 logger.warning("afd-plugin: %s", warning)
             try:

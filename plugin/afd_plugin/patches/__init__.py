@@ -23,6 +23,7 @@ PATCH_MODULES: tuple[str, ...] = ("afd_plugin.patches.config_validation",)
 # Patches the runtime applies itself, at the point their header names.
 SCOPED_PATCH_MODULES: tuple[str, ...] = (
     "afd_plugin.patches.model_build_names",
+    "afd_plugin.patches.startup_interrupt",
     "afd_plugin.patches.v2_run_fullgraph",
 )
 

@@ -19,6 +19,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from afd_plugin.config import parse_afd_config
+from afd_plugin.patches import startup_interrupt
 from afd_plugin.rendezvous_protocol import load_secret
 from afd_plugin.version import check_vllm_version, installed_vllm_version
 from afd_plugin.vllm_view import current_platform_name, validate_role
@@ -51,6 +52,9 @@ def normalize_afd_config(
     )
     if warning:
         logger.warning("afd-plugin: %s", warning)
+    # A stop asked for while the engines start must end the server (scoped
+    # patch: only processes that run an AFD role get it).
+    startup_interrupt.apply()
     # The rendezvous secret is read now, so that a missing one fails the
     # server at start naming the field, not its rendezvous later.
     load_secret(afd.secret_env, afd.secret_file)
