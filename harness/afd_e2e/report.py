@@ -270,7 +270,11 @@ def summary_table(report: RunReport) -> str:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
     lines = [f"afd-e2e run {report.scenario_id} ({report.run_id})"]
     if report.error:
-        lines.append(f"stopped early: {report.error.splitlines()[0]}")
+        # The first line says why; the rest (the failing role's log tail) is
+        # what a user needs to see where it failed, so it is kept verbatim.
+        first, *detail = report.error.splitlines()
+        lines.append(f"stopped early: {first}")
+        lines.extend(detail)
     if report.interrupted_by:
         lines.append(f"interrupted by {report.interrupted_by}")
     for row in [header, *rows]:

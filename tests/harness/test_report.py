@@ -184,3 +184,22 @@ def test_summary_table_shows_each_check_teardown_and_exit_code():
     assert lines[4].split()[:2] == ["teardown", "FAIL"]
     assert "needed SIGKILL" in lines[4] and "pid 4242" in lines[4]
     assert lines[-1] == "outcome: teardown-failed (exit 3)"
+
+
+def test_summary_table_shows_why_a_run_stopped_early_with_the_log_tail():
+    error = (
+        "ffn:0 (pid 4242) exited with code 1 during start-up, 44.6 s after launch; "
+        "last 2 lines of ffn-0.log:\n"
+        "  | AFDPeerError: could not listen for the AFD rendezvous\n"
+        "  | [Errno 98] Address already in use"
+    )
+    lines = summary_table(report(error=error, teardown=failed_teardown())).splitlines()
+    assert lines[1] == (
+        "stopped early: ffn:0 (pid 4242) exited with code 1 during start-up, "
+        "44.6 s after launch; last 2 lines of ffn-0.log:"
+    )
+    assert lines[2:4] == [
+        "  | AFDPeerError: could not listen for the AFD rendezvous",
+        "  | [Errno 98] Address already in use",
+    ]
+    assert lines[4].split() == ["CHECK", "RESULT", "TIME", "DETAIL"]
