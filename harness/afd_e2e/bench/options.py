@@ -5,6 +5,7 @@ serving-benchmark command line it becomes for one server."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,28 +33,40 @@ class BenchOptions:
 
     def errors(self) -> list[str]:
         """Every problem, each naming its flag."""
-        out = []
-        if not self.concurrency:
-            out.append("--concurrency: give at least one value")
-        out += [
-            f"--concurrency: values must be >= 1, got {c}"
-            for c in self.concurrency
-            if c < 1
-        ]
+        out = concurrency_errors(self.concurrency)
         if len(set(self.concurrency)) != len(self.concurrency):
             out.append(f"--concurrency: values repeat: {list(self.concurrency)}")
-        for flag, value in (
-            ("--input-len", self.input_len),
-            ("--output-len", self.output_len),
-            ("--num-prompts", self.num_prompts),
-        ):
-            if value < 1:
-                out.append(f"{flag}: must be >= 1, got {value}")
-        if self.seed < 0:
-            out.append(f"--seed: must be >= 0, got {self.seed}")
-        if self.timeout_s <= 0:
-            out.append(f"--timeout-s: must be > 0, got {self.timeout_s}")
-        return out
+        return out + bound_errors(
+            (
+                ("--input-len", self.input_len),
+                ("--output-len", self.output_len),
+                ("--num-prompts", self.num_prompts),
+            ),
+            seed=self.seed,
+            timeout_s=self.timeout_s,
+        )
+
+
+def concurrency_errors(concurrency: Sequence[int]) -> list[str]:
+    """``--concurrency`` problems every bench mode shares: none given, or a
+    value below one."""
+    out = [] if concurrency else ["--concurrency: give at least one value"]
+    return out + [
+        f"--concurrency: values must be >= 1, got {c}" for c in concurrency if c < 1
+    ]
+
+
+def bound_errors(
+    counts: Iterable[tuple[str, int]], *, seed: int, timeout_s: float
+) -> list[str]:
+    """Counts below one (each naming its flag), a negative seed, a timeout
+    that is not positive."""
+    out = [f"{flag}: must be >= 1, got {value}" for flag, value in counts if value < 1]
+    if seed < 0:
+        out.append(f"--seed: must be >= 0, got {seed}")
+    if timeout_s <= 0:
+        out.append(f"--timeout-s: must be > 0, got {timeout_s}")
+    return out
 
 
 def client_argv(

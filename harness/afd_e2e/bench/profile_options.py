@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from afd_e2e.bench.options import bound_errors, concurrency_errors
+
 SETTLE_LINES = 2
 """Attention timing lines skipped once every stream decodes: the first may
 cover prefill steps, and the FFN role's lines lag the attention role's by up
@@ -37,28 +39,18 @@ class ProfileOptions:
 
     def errors(self) -> list[str]:
         """Every problem, each naming its flag."""
-        out = []
-        if not self.concurrency:
-            out.append("--concurrency: give at least one value")
-        out += [
-            f"--concurrency: values must be >= 1, got {c}"
-            for c in self.concurrency
-            if c < 1
-        ]
+        out = concurrency_errors(self.concurrency)
         if len(set(self.concurrency)) < 2:
             out.append(
                 "--concurrency: --profile needs two or more different values "
                 "(a line is fitted to the batch sizes)"
             )
-        for flag, value in (
-            ("--input-len", self.input_len),
-            ("--timing-window", self.timing_window),
-            ("--profile-windows", self.windows),
-        ):
-            if value < 1:
-                out.append(f"{flag}: must be >= 1, got {value}")
-        if self.seed < 0:
-            out.append(f"--seed: must be >= 0, got {self.seed}")
-        if self.timeout_s <= 0:
-            out.append(f"--timeout-s: must be > 0, got {self.timeout_s}")
-        return out
+        return out + bound_errors(
+            (
+                ("--input-len", self.input_len),
+                ("--timing-window", self.timing_window),
+                ("--profile-windows", self.windows),
+            ),
+            seed=self.seed,
+            timeout_s=self.timeout_s,
+        )
