@@ -25,7 +25,7 @@ from typing import Any
 from afd_e2e import policy
 from afd_e2e.interrupts import Interrupted, InterruptGuard, say, shielded
 from afd_e2e.proc_scan import Target, adopt, scan_marked, snapshot_trees, wait_exit
-from afd_e2e.readiness import Probe, ProbeResult
+from afd_e2e.readiness import Probe, poll_until_ready
 from afd_e2e.teardown_record import ProcessRecord, TeardownRecord
 
 __all__ = [
@@ -387,36 +387,23 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
         unknown = sorted((set(probes) | set(awaited)) - set(known))
         if unknown:
             raise ValueError(f"not running under this manager: {unknown}")
-        start = time.monotonic()
-        deadline = start + timeout_s
-        next_progress = start + (self.progress_every_s or math.inf)
-        pending = {
-            name: probes.get(name)
-            for name in awaited
-            if known[name].ready_after_s is None
-        }
-        seen: dict[str, str] = {}
-        while True:
-            self.check_alive("start-up")
-            for name in list(pending):
-                probe = pending[name]
-                result = probe() if probe else ProbeResult(True, "alive (no probe)")
-                seen[name] = result.detail
-                if result.ready:
-                    proc = known[name]
-                    proc.ready_after_s = time.monotonic() - proc.started_at
-                    logger.info("%s ready after %.1f s", name, proc.ready_after_s)
-                    del pending[name]
-            now = time.monotonic()
-            if not pending:
-                self.check_alive("start-up")
-                return {n: known[n].ready_after_s or 0.0 for n in awaited}
-            if now >= deadline:
-                raise self._not_ready(pending, seen, now - start)
-            if now >= next_progress:
-                next_progress = now + (self.progress_every_s or math.inf)
-                say(self._progress_line(pending, seen, now - start))
-            time.sleep(max(0.0, min(poll_s, deadline - now)))
+
+        def on_ready(name: str) -> None:
+            proc = known[name]
+            proc.ready_after_s = time.monotonic() - proc.started_at
+            logger.info("%s ready after %.1f s", name, proc.ready_after_s)
+
+        poll_until_ready(
+            {n: probes.get(n) for n in awaited if known[n].ready_after_s is None},
+            timeout_s=timeout_s,
+            poll_s=poll_s,
+            check_alive=lambda: self.check_alive("start-up"),
+            on_ready=on_ready,
+            not_ready=self._not_ready,
+            progress=lambda *state: say(self._progress_line(*state)),
+            progress_every_s=self.progress_every_s,
+        )
+        return {n: known[n].ready_after_s or 0.0 for n in awaited}
 
     def _progress_line(
         self, pending: Iterable[str], seen: Mapping[str, str], waited: float

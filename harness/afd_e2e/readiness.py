@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Readiness probes: is a role server serving yet? One call is one attempt.
 
-Stdlib only (urllib, no proxies, no retries); the process manager does the polling.
+Stdlib only (urllib, no proxies, no retries). :func:`poll_until_ready` is the
+one polling loop both engines (local processes, Ray actors) wait in.
 """
 
 from __future__ import annotations
@@ -9,9 +10,10 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 
@@ -26,6 +28,56 @@ class ProbeResult:
 
 Probe = Callable[[], ProbeResult]
 """A readiness probe: one attempt per call, never retries, never raises."""
+
+
+def poll_until_ready(
+    probes: Mapping[str, Probe | None],
+    *,
+    timeout_s: float,
+    poll_s: float,
+    check_alive: Callable[[], None],
+    on_ready: Callable[[str], None],
+    not_ready: Callable[[Mapping[str, object], Mapping[str, str], float], Exception],
+    progress: Callable[[Mapping[str, object], Mapping[str, str], float], None]
+    | None = None,
+    progress_every_s: float | None = None,
+) -> None:
+    """Probe every role in ``probes`` until each is ready.
+
+    A ``None`` probe is ready at once (alive is enough). ``check_alive`` runs
+    before each round and once more after the last role turned ready, so a
+    server that died just after its probe passed is never reported ready; it
+    raises for a dead role. Each role's first ready probe calls ``on_ready``.
+    Past ``timeout_s`` the exception ``not_ready(pending, seen, waited)`` is
+    raised; every ``progress_every_s`` (when given) ``progress`` is called
+    with the same arguments.
+    """
+    start = time.monotonic()
+    deadline = start + timeout_s
+    every = progress_every_s if progress is not None else None
+    next_progress = start + every if every else float("inf")
+    pending = dict(probes)
+    seen: dict[str, str] = {}
+    while True:
+        check_alive()
+        for name in list(pending):
+            probe = pending[name]
+            result = probe() if probe else ProbeResult(True, "alive (no probe)")
+            seen[name] = result.detail
+            if result.ready:
+                on_ready(name)
+                del pending[name]
+        now = time.monotonic()
+        if not pending:
+            check_alive()
+            return
+        if now >= deadline:
+            raise not_ready(pending, seen, now - start)
+        if progress is not None and every and now >= next_progress:
+            next_progress = now + every
+            progress(pending, seen, now - start)
+        time.sleep(max(0.0, min(poll_s, deadline - now)))
+
 
 # Requests go straight to the role servers, never through an environment proxy.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))

@@ -36,12 +36,14 @@ from afd_e2e.procs import (
     RoleError,
     merge_records,
 )
-from afd_e2e.readiness import Probe, ProbeResult
+from afd_e2e.readiness import Probe, poll_until_ready
 from afd_e2e.scenario import Scenario
 from afd_e2e.teardown_record import TeardownRecord
 
 CALL_TIMEOUT_S = 60.0
 """Bound of one call to an agent (start, poll, tail)."""
+PROGRESS_EVERY_S = 5.0
+"""How often a wait for readiness prints who it still waits for."""
 PLACEMENT_SHARE = 0.001
 """How much of a node's ``afd-node-*`` resource one server takes: any number
 of servers fit, and only on that node."""
@@ -157,32 +159,29 @@ class RayServers:
     def wait_ready(
         self, probes: Mapping[str, Probe | None], timeout_s: float, poll_s: float = 0.5
     ) -> dict[str, float]:
-        start = time.monotonic()
-        deadline = start + timeout_s
-        pending = {n: probes.get(n) for n in self._agents if n not in self._ready}
-        seen: dict[str, str] = {}
-        next_progress = start + 5.0
-        while True:
-            self.check_alive("start-up")
-            for name in list(pending):
-                probe = pending[name]
-                result = probe() if probe else ProbeResult(True, "alive (no probe)")
-                seen[name] = result.detail
-                if result.ready:
-                    self._ready[name] = time.monotonic() - self._agents[name][3]
-                    del pending[name]
-            now = time.monotonic()
-            if not pending:
-                return {n: self._ready[n] for n in self._agents}
-            if now >= deadline:
-                raise self._not_ready(pending, seen, now - start)
-            if now >= next_progress and self.echo:
-                next_progress = now + 5.0
-                waiting = ", ".join(
-                    f"{n} ({seen.get(n, 'not probed yet')})" for n in pending
-                )
-                say(f"afd-e2e: waiting {now - start:.0f} s: {waiting}")
-            time.sleep(max(0.0, min(poll_s, deadline - now)))
+
+        def on_ready(name: str) -> None:
+            self._ready[name] = time.monotonic() - self._agents[name][3]
+
+        def progress(
+            pending: Mapping[str, object], seen: Mapping[str, str], waited: float
+        ) -> None:
+            waiting = ", ".join(
+                f"{n} ({seen.get(n, 'not probed yet')})" for n in pending
+            )
+            say(f"afd-e2e: waiting {waited:.0f} s: {waiting}")
+
+        poll_until_ready(
+            {n: probes.get(n) for n in self._agents if n not in self._ready},
+            timeout_s=timeout_s,
+            poll_s=poll_s,
+            check_alive=lambda: self.check_alive("start-up"),
+            on_ready=on_ready,
+            not_ready=self._not_ready,
+            progress=progress if self.echo else None,
+            progress_every_s=PROGRESS_EVERY_S,
+        )
+        return {n: self._ready[n] for n in self._agents}
 
     def _not_ready(
         self, pending: Mapping[str, object], seen: Mapping[str, str], waited: float
