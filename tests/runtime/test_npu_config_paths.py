@@ -135,15 +135,34 @@ def test_the_ascend_worker_refuses_what_the_ops_cannot_move(
 def test_the_cuda_and_cpu_registration_paths_never_import_vllm_ascend() -> None:
     """register() and the config patch on CUDA and CPU, in a fresh
     interpreter where importing vllm_ascend or torch_npu is recorded and
-    fails: nothing tries, and no Ascend module of the plugin is loaded."""
+    fails: nothing tries, and no Ascend module of the plugin is loaded.
+
+    A probe (``importlib.util.find_spec``, as transformers makes for
+    ``torch_npu`` when vLLM's engine modules load) imports nothing; it is
+    answered "not installed", as on a machine without the Ascend stack."""
     script = textwrap.dedent(
         """
-        import importlib.abc, sys
+        import importlib.abc, importlib.util, sys
         from types import SimpleNamespace as NS
         tried = []
+        def is_probe(frame):
+            # the import machinery's own frames up to the caller: a probe
+            # passes through importlib.util.find_spec, an import does not
+            while frame is not None and (
+                frame.f_code.co_filename.startswith("<frozen importlib")
+                or "/importlib/" in frame.f_code.co_filename
+            ):
+                if frame.f_code.co_name == "find_spec" and frame.f_code.co_filename in (
+                    "<frozen importlib.util>", importlib.util.__file__
+                ):
+                    return True
+                frame = frame.f_back
+            return False
         class Block(importlib.abc.MetaPathFinder):
             def find_spec(self, name, path=None, target=None):
                 if name.split(".")[0] in ("vllm_ascend", "torch_npu"):
+                    if is_probe(sys._getframe(1)):
+                        return None
                     tried.append(name)
                     raise ModuleNotFoundError(name)
         sys.meta_path.insert(0, Block())
