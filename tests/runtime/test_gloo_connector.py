@@ -386,3 +386,62 @@ def test_shm_refuses_a_peer_on_another_machine() -> None:
         choose_shm(extra, World(), (0,))  # type: ignore[arg-type]
     auto = connector("attention", 1, transport="auto").extra
     assert choose_shm(auto, World(), (0,)) is False  # type: ignore[arg-type]
+
+
+def test_a_block_only_partly_on_one_machine_agrees_on_the_gloo_data_path() -> None:
+    """2A1F with the FFN beside attention rank 1 and attention rank 0 on
+    another machine: the FFN cannot use shared memory with rank 0, so its
+    block uses gloo, and attention rank 1 must choose gloo too (deciding over
+    its own FFN peer alone it chose shared memory and waited for rings the FFN
+    never opened). On one machine the whole block takes shared memory."""
+    from afd_plugin.connectors.cpu.shm_transport import choose_shm
+    from afd_plugin.connectors.gloo_world import PeerInfo
+
+    def conn(role: str, rank: int) -> P2pGlooAFDConnector:
+        config = AFDConfig(
+            role=role,
+            connector="P2pGlooAFDConnector",
+            num_attention_ranks=2,
+            num_ffn_ranks=1,
+        )
+        return P2pGlooAFDConnector(config, rank)
+
+    conns = [conn("ffn", 0), conn("attention", 0), conn("attention", 1)]
+    layout = conns[0].layout
+
+    def world(me: P2pGlooAFDConnector, machines: dict[tuple[str, int], str]) -> Any:
+        class World:
+            global_rank = layout.global_rank(me.config.role, me.rank)
+            peers = {
+                layout.global_rank(role, rank): PeerInfo(role, rank, "h", 1, machine)
+                for (role, rank), machine in machines.items()
+            }
+
+            def describe(self, rank: int) -> str:
+                return f"rank {rank}"
+
+        return World()
+
+    split = {
+        ("ffn", 0): "node-b",
+        ("attention", 0): "node-a",
+        ("attention", 1): "node-b",
+    }
+    attention_1 = conns[2]
+    # the pair alone would share memory: the case the block rule is for
+    assert choose_shm(
+        attention_1.extra, world(attention_1, split), (attention_1.ffn_peer,)
+    )
+    assert [choose_shm(c.extra, world(c, split), c.exchange_group) for c in conns] == [
+        False,
+        False,
+        False,
+    ]
+    one = dict.fromkeys(split, "node-a")
+    assert [choose_shm(c.extra, world(c, one), c.exchange_group) for c in conns] == [
+        True,
+        True,
+        True,
+    ]
+    attention = [layout.global_rank("attention", r) for r in (0, 1)]
+    assert sorted(conns[0].exchange_group) == attention

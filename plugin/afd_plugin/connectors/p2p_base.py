@@ -190,12 +190,27 @@ class P2pAFDConnectorBase(AFDConnector):
     def block(self) -> range:
         """Attention ranks of this rank's control-plane block (its FFN rank's
         group): the token counts of a control payload, in this order."""
-        ffn = self.ffn_rank_of(self.rank) if self.is_attention else self.rank
-        return self.group_of(ffn)
+        return self.group_of(self.block_ffn_rank)
 
     @property
     def attention_peers(self) -> tuple[int, ...]:
         return tuple(self.layout.global_rank("attention", a) for a in self.block)
+
+    @property
+    def exchange_group(self) -> tuple[int, ...]:
+        """Global ranks of this rank's block other than itself: the block's
+        FFN rank and the attention ranks it serves. Every rank of a block
+        sees the same block, so a choice made over it (the data path: shared
+        memory only when the whole block is on one machine) agrees at both
+        ends of every pair, also when only some of the block is local."""
+        ffn = self.layout.global_rank("ffn", self.block_ffn_rank)
+        me = self.layout.global_rank(self.config.role, self.rank)
+        return tuple(g for g in (ffn, *self.attention_peers) if g != me)
+
+    @property
+    def block_ffn_rank(self) -> int:
+        """The FFN rank of this rank's block (itself on the FFN side)."""
+        return self.ffn_rank_of(self.rank) if self.is_attention else self.rank
 
     # -- lifecycle ----------------------------------------------------------
 

@@ -34,12 +34,12 @@ class P2pGlooAFDConnector(P2pAFDConnectorBase):
 
     def _open_transport(self, world: GlooWorld) -> DataTransport:
         peers = (self.ffn_peer,) if self.is_attention else self.attention_peers
-        if choose_shm(self.extra, world, peers):
+        if choose_shm(self.extra, world, self.exchange_group):
             return ShmTransport(world, peers, self.extra, is_ffn=not self.is_attention)
         why = (
             "transport is 'gloo'"
             if self.extra.transport == "gloo"
-            else shm_refusal(world, peers)
+            else shm_refusal(world, self.exchange_group)
         )
         logger.info("afd-plugin: %s: gloo data path (%s)", world.me(), why)
         return GlooTransport(world)

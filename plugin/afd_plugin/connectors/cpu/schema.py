@@ -24,8 +24,9 @@ class P2pGlooExtraConfig(ExtraConfigSchema):
 
     transport: Literal["auto", "gloo", "shm"] = "auto"
     """Data path: `shm` (shared-memory rings, for roles on one machine; x86-64
-    Linux), `gloo` (TCP, anywhere), or `auto` (`shm` when every peer runs on
-    this machine, else `gloo`). The control plane always runs over gloo."""
+    Linux), `gloo` (TCP, anywhere), or `auto` (`shm` when the whole block, an
+    FFN rank and the attention ranks it serves, runs on this machine, else
+    `gloo`). The control plane always runs over gloo."""
 
     shm_ring_bytes: int = Field(default=8 << 20, ge=4096)
     """Capacity of each shared-memory ring (one per peer and direction); a

@@ -40,7 +40,9 @@ SUPPORTED_MACHINES = ("x86_64", "AMD64")
 
 
 def shm_refusal(world: GlooWorld, peers: tuple[int, ...]) -> str | None:
-    """Why the shared-memory path cannot serve ``peers`` here; None when it can."""
+    """Why the shared-memory path cannot be used with ``peers`` (the ranks the
+    choice must agree over, never only the ones this rank exchanges with: see
+    ``P2pAFDConnectorBase.exchange_group``); None when it can."""
     if platform.machine() not in SUPPORTED_MACHINES:
         return (
             f"it relies on x86-64 store ordering and this CPU is {platform.machine()}"
@@ -64,8 +66,8 @@ def choose_shm(
     extra: P2pGlooExtraConfig, world: GlooWorld, peers: tuple[int, ...]
 ) -> bool:
     """``transport``: ``gloo`` never, ``shm`` always (or a clear error), ``auto``
-    when every peer is on this machine. Both ends decide from the same
-    rendezvous records, so they always agree."""
+    when every rank of ``peers`` is on this machine. Both ends decide from the
+    same rendezvous records over the same set of ranks, so they agree."""
     if extra.transport == "gloo":
         return False
     why = shm_refusal(world, peers)

@@ -111,7 +111,7 @@ class CAMP2pAFDConnector(P2pAFDConnectorBase):
             transport=self.extra.transport,
         )
         transport: DataTransport
-        if choose_shm(cpu, world, peers):
+        if choose_shm(cpu, world, self.exchange_group):
             transport = ShmTransport(world, peers, cpu, is_ffn=not self.is_attention)
         else:
             transport = GlooTransport(world)
