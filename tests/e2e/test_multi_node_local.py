@@ -43,19 +43,20 @@ def afd_links() -> set[str]:
     return {n.split("@")[0] for n in names if n.startswith("afd")}
 
 
+@pytest.mark.parametrize("scenario", ["cpu-2node-1a1f", "cpu-2node-2a1f-split"])
 def test_two_nodes_in_their_own_network_namespaces(
-    tmp_path: Path, tiny_model_root: Path
+    scenario: str, tmp_path: Path, tiny_model_root: Path
 ) -> None:
     before = set(NodeNetwork.existing())
     links_before = afd_links()
     why = NodeNetwork.unavailable()
     network = "netns"
     if why is not None:
-        refused = run("cpu-2node-1a1f", "netns", tmp_path / "refused", tiny_model_root)
+        refused = run(scenario, "netns", tmp_path / "refused", tiny_model_root)
         assert refused.returncode == 2
         assert why in refused.stderr and "nothing was started" in refused.stderr
         network = "loopback"
-    done = run("cpu-2node-1a1f", network, tmp_path / "run", tiny_model_root)
+    done = run(scenario, network, tmp_path / "run", tiny_model_root)
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert done.returncode == 0, json.dumps(results["checks"]) + done.stderr[-3000:]
     checks = {c["name"]: c for c in results["checks"]}
@@ -73,9 +74,27 @@ def test_two_nodes_in_their_own_network_namespaces(
         config = json.loads(attention[attention.index("--additional-config") + 1])
         assert host.startswith("10.") and config["afd"]["host"] != host
         assert config["afd"]["host"] == ffn[ffn.index("--host") + 1]
-        # attention and FFN could not share memory across namespaces
-        log = (tmp_path / "run" / "attention-0.log").read_text(errors="replace")
-        assert "gloo data path (these peers run on another machine" in log
+        # attention and FFN could not share memory across namespaces; with a
+        # split role the FFN's block spans both nodes, so every rank of it
+        # takes gloo, the one beside the FFN too
+        for name in commands:
+            if name.startswith(("attention", "ffn")):
+                log = (tmp_path / "run" / f"{name.replace(':', '-')}.log").read_text(
+                    errors="replace"
+                )
+                assert "gloo data path (these peers run on another machine" in log
+        if scenario == "cpu-2node-2a1f-split":
+            # the second attention DP rank: a headless `vllm serve` in node-b's
+            # namespace, joining the DP group at node-a's address
+            worker = commands["attention:1"]["argv"]
+            assert worker[3].endswith("-node-b") and worker[4:8] == [
+                attention[4],
+                "-m",
+                "afd_plugin.vllm_cli",
+                "serve",
+            ]
+            dp_address = worker[worker.index("--data-parallel-address") + 1]
+            assert dp_address == host
         # the namespaces and the bridge are gone
         assert set(NodeNetwork.existing()) == before
         assert afd_links() == links_before

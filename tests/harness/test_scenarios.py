@@ -43,6 +43,7 @@ CATALOGUE_IDS = {
     "cpu-eager-1a1f-gate-attn",
     "cpu-2node-1a1f",
     "cpu-2node-2a1f",
+    "cpu-2node-2a1f-split",
     "afd-eager-3node-16a8f",
     "npu-afd-eager-4node-24a8f",
 }

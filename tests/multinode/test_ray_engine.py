@@ -73,7 +73,9 @@ def test_dry_run_shows_the_node_and_argv_of_each_server(
     assert not (tmp_path / "run").exists()  # nothing ran
 
 
-@pytest.mark.parametrize("scenario", ["cpu-2node-1a1f", "cpu-2node-2a1f"])
+@pytest.mark.parametrize(
+    "scenario", ["cpu-2node-1a1f", "cpu-2node-2a1f", "cpu-2node-2a1f-split"]
+)
 def test_multi_node_scenario_on_ray(
     scenario: str, cluster: LocalCluster, tmp_path: Path, tiny_model_root: Path
 ) -> None:
@@ -97,5 +99,17 @@ def test_multi_node_scenario_on_ray(
     teardown = results["teardown"]
     assert teardown["escalated"] == [] and teardown["leaks"] == []
     assert teardown["errors"] == []
-    assert set(teardown["exit_codes"]) == {"baseline:0", "ffn:0", "attention:0"}
+    assert set(teardown["exit_codes"]) == set(commands)
     assert leftovers(results["run_id"]) == []
+
+    if scenario == "cpu-2node-2a1f-split":
+        # attention's second DP rank is a headless `vllm serve` on the FFN's
+        # Ray node, in the DP group of the first
+        worker, leader = commands["attention:1"], commands["attention:0"]
+        assert worker["node"] == "node-b"
+        assert worker["ray_node"] == commands["ffn:0"]["ray_node"]
+        assert worker["argv"][1:4] == ["-m", "afd_plugin.vllm_cli", "serve"]
+        assert "--headless" in worker["argv"] and "--host" not in worker["argv"]
+        for flag in ("--data-parallel-address", "--data-parallel-rpc-port"):
+            at = worker["argv"].index(flag) + 1
+            assert worker["argv"][at] == leader["argv"][leader["argv"].index(flag) + 1]
