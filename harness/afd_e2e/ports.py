@@ -18,8 +18,15 @@ from pathlib import Path
 
 EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 LINUX_DEFAULT_EPHEMERAL = (32768, 60999)
-LOWEST_PORT = 10000
-"""Below this lie well-known and commonly configured service ports."""
+RAY_DEFAULT_WORKER_PORTS = (10002, 19999)
+"""Ray's own default ``--min-worker-port``/``--max-worker-port``: an attached
+cluster's workers may take any of these at any time."""
+RANGE_BLOCK = (20000, 20999)
+"""Ports the harness hands out only as whole ranges, never singly: the worker
+port ranges of the local Ray cluster's nodes (``engines/ray_cluster.py``)."""
+LOWEST_PORT = RANGE_BLOCK[1] + 1
+"""Single picks start here: below lie well-known service ports, Ray's default
+worker ports and :data:`RANGE_BLOCK`."""
 MIN_BAND = 1000
 """A band narrower than this is not worth choosing from at random."""
 TRIES = 200

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from lint_repo import ROOT
 
+from afd_e2e import ports as harness_ports
 from afd_e2e.cli import main
 from afd_e2e.engines import ray_cluster
 
@@ -55,6 +56,18 @@ def test_each_local_node_gets_its_own_ports() -> None:
     for a in range(3):
         for b in range(a + 1, 3):
             assert set(ranges[a]).isdisjoint(ranges[b])
+    # worker ports come from the block single picks never use (a daemon's
+    # port inside a node's worker range makes Ray refuse to start the node)
+    block = range(harness_ports.RANGE_BLOCK[0], harness_ports.RANGE_BLOCK[1] + 1)
+    assert all(set(r) <= set(block) for r in ranges)
+    assert not set(daemons) & set(block)
+
+
+def test_a_local_cluster_larger_than_its_port_block_is_refused(tmp_path: Path) -> None:
+    nodes = [f"node-{i}" for i in range(ray_cluster.MAX_WORKER_NODES + 1)]
+    with pytest.raises(ray_cluster.ClusterError, match="nothing was started"):
+        ray_cluster.up(nodes, tmp_path / "state")
+    assert not (tmp_path / "state").exists()
 
 
 def test_cluster_state_round_trips(tmp_path: Path) -> None:

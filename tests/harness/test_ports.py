@@ -17,7 +17,10 @@ def test_plan_ports_are_never_ones_the_kernel_hands_out() -> None:
     low, high = ports.ephemeral_range()
     chosen = {free_port() for _ in range(50)}
     assert all(not low <= p <= high for p in chosen), sorted(chosen)
-    assert all(p >= ports.LOWEST_PORT for p in chosen)
+    # nor ones an attached Ray cluster's or the local cluster's workers take
+    assert all(
+        p > ports.RANGE_BLOCK[1] > ports.RAY_DEFAULT_WORKER_PORTS[1] for p in chosen
+    )
     # What a process binding port 0 gets is inside the range: the two never meet.
     assert low <= ports.os_port("127.0.0.1") <= high
 
@@ -35,7 +38,7 @@ def test_a_port_in_use_is_never_chosen() -> None:
 
 
 def test_the_band_is_the_widest_outside_the_ephemeral_range() -> None:
-    assert ports.outside_band((32768, 60999)) == (10000, 32767)
+    assert ports.outside_band((32768, 60999)) == (21000, 32767)
     assert ports.outside_band((10000, 40000)) == (40001, 65535)
     # A range covering (nearly) everything leaves the OS's own pick.
     assert ports.outside_band((1024, 65000)) is None

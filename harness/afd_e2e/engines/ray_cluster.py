@@ -27,6 +27,7 @@ from pathlib import Path
 
 from afd_e2e import policy
 from afd_e2e.launch import HOST, free_port
+from afd_e2e.ports import RANGE_BLOCK
 from afd_e2e.proc_scan import scan_marked, wait_exit
 
 NODE_RESOURCE_PREFIX = "afd-node-"
@@ -111,6 +112,12 @@ def up(
     timeout_s: float = 120.0,
 ) -> ClusterState:
     """Start a head and one worker per name; returns once all are alive."""
+    if len(nodes) > MAX_WORKER_NODES:
+        raise ClusterError(
+            f"{len(nodes)} nodes asked for; a local cluster has at most "
+            f"{MAX_WORKER_NODES} worker nodes (their worker ports share "
+            f"{RANGE_BLOCK[0]}-{RANGE_BLOCK[1]}); nothing was started"
+        )
     if ClusterState.load(state_dir) is not None:
         raise ClusterError(
             f"{state_dir / STATE_FILE} exists: a cluster is already up; run "
@@ -184,6 +191,8 @@ _PER_NODE_PORTS = (
     "--runtime-env-agent-port",
 )
 WORKER_PORTS_PER_NODE = 200
+MAX_WORKER_NODES = (RANGE_BLOCK[1] - RANGE_BLOCK[0] + 1) // WORKER_PORTS_PER_NODE - 1
+"""Worker nodes whose port ranges fit beside the head's in ``RANGE_BLOCK``."""
 
 
 def _node_ports(index: int | None) -> list[str]:
@@ -192,7 +201,12 @@ def _node_ports(index: int | None) -> list[str]:
     out = []
     for flag in _PER_NODE_PORTS:
         out += [flag, str(free_port())]
-    low = 20000 + WORKER_PORTS_PER_NODE * (0 if index is None else index + 1)
+    low = RANGE_BLOCK[0] + WORKER_PORTS_PER_NODE * (0 if index is None else index + 1)
+    if low + WORKER_PORTS_PER_NODE - 1 > RANGE_BLOCK[1]:
+        raise ClusterError(
+            f"a local cluster has at most {MAX_WORKER_NODES} worker nodes "
+            f"(their worker ports share {RANGE_BLOCK[0]}-{RANGE_BLOCK[1]})"
+        )
     out += ["--min-worker-port", str(low)]
     out += ["--max-worker-port", str(low + WORKER_PORTS_PER_NODE - 1)]
     return out
