@@ -54,8 +54,9 @@ def poll_until_ready(
     """
     start = time.monotonic()
     deadline = start + timeout_s
-    every = progress_every_s if progress is not None else None
-    next_progress = start + every if every else float("inf")
+    every = progress_every_s or 0.0
+    report = progress if every > 0 else None
+    next_progress = start + every
     pending = dict(probes)
     seen: dict[str, str] = {}
     while True:
@@ -73,9 +74,9 @@ def poll_until_ready(
             return
         if now >= deadline:
             raise not_ready(pending, seen, now - start)
-        if progress is not None and every and now >= next_progress:
+        if report is not None and now >= next_progress:
             next_progress = now + every
-            progress(pending, seen, now - start)
+            report(pending, seen, now - start)
         time.sleep(max(0.0, min(poll_s, deadline - now)))
 
 

@@ -40,7 +40,7 @@ def vllm_version_lookup(original: Callable[[str], str]) -> Callable[[str], str]:
         except metadata.PackageNotFoundError:
             if distribution_name != "vllm":
                 raise
-            for other in VLLM_DISTRIBUTIONS:
+            for other in VLLM_DISTRIBUTIONS[1:]:  # "vllm" itself was just missed
                 with contextlib.suppress(metadata.PackageNotFoundError):
                     found = original(other)
                     # as vLLM's platform detection names it: "cpu" in the

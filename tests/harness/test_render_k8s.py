@@ -265,6 +265,8 @@ def test_each_role_is_one_group_with_its_headless_workers(sid: str) -> None:
             continue
         worker_command = container(worker)["command"]
         assert "--headless" in worker_command
+        # through `vllm serve`, the one command that acts on --headless
+        assert "-m afd_plugin.vllm_cli serve" in " ".join(worker_command)
         assert "--host" not in worker_command and "readinessProbe" not in (
             container(worker)
         )
