@@ -305,9 +305,11 @@ def _env(
     run_id: str,
     cpus: int,
 ) -> dict[str, str]:
-    # A colocated server loads no plugin of ours, so it is vLLM as shipped
-    # (with the platform's own plugins, which VLLM_PLUGINS would filter out).
-    plugins = list(PLATFORM_PLUGINS.get(scenario.backend, ()))
+    # A colocated server loads only the plugin's environment fixes (what any
+    # vLLM process of this environment needs, afd_plugin.patches), so it is
+    # vLLM as shipped otherwise (with the platform's own plugins, which
+    # VLLM_PLUGINS would filter out).
+    plugins = [*PLATFORM_PLUGINS.get(scenario.backend, ()), "afd_env"]
     if role in ("attention", "ffn"):
         plugins.append("afd")
     env = {"VLLM_PLUGINS": ",".join(plugins)}

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from afd_e2e.tiny_model import ARCHITECTURES, ARCHS
 from afd_e2e.yamlpos import Located, YamlDoc, load_file
 from afd_plugin.errors import pydantic_message
 
@@ -31,14 +32,11 @@ class _Strict(BaseModel):
 class TinyModel(_Strict):
     """A model built locally by ``afd-e2e model tiny`` (CPU scenarios)."""
 
-    arch: Literal["deepseek_v2", "qwen3_moe"]
-    """Tiny architecture to build."""
+    arch: Literal[ARCHS]  # type: ignore[valid-type]
+    """Tiny architecture to build (``afd_e2e.tiny_model.ARCH_CONFIGS``)."""
 
 
-TINY_ARCHITECTURES = {
-    "deepseek_v2": "DeepseekV2ForCausalLM",
-    "qwen3_moe": "Qwen3MoeForCausalLM",
-}
+TINY_ARCHITECTURES = ARCHITECTURES
 
 
 class ModelSpec(_Strict):

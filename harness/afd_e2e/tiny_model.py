@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Tiny DeepSeek-V2 and Qwen3-MoE checkpoints built locally, never downloaded.
+"""Tiny checkpoints of every family AFD splits, built locally, never downloaded.
 
 Random weights from fixed seeds plus a small BPE tokenizer trained on embedded
 arithmetic text; cached in a directory named by a hash of the build spec.
@@ -79,7 +79,83 @@ ARCH_CONFIGS: dict[str, dict[str, Any]] = {
         "initializer_range": 0.1,
     },
 }
+# Qwen3-Next and Qwen3.5/3.6 MoE: Gated DeltaNet (linear attention) layers
+# interleaved with gated full attention. vLLM's CPU GDN kernels need bf16,
+# equal key and value head dims of 64 or 128, and a conv kernel of 4; the
+# full-attention head_dim must be one CPU_ATTN accepts (64).
+_HYBRID_QWEN: dict[str, Any] = {
+    "hidden_size": 128,
+    "num_hidden_layers": 4,
+    "layer_types": ["linear_attention"] * 3 + ["full_attention"],
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "partial_rotary_factor": 0.25,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 64,
+    "linear_value_head_dim": 64,
+    "linear_conv_kernel_dim": 4,
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "norm_topk_prob": True,
+    "moe_intermediate_size": 64,
+    "shared_expert_intermediate_size": 64,
+    "max_position_embeddings": CONTEXT_TOKENS,
+    "initializer_range": 0.1,
+}
+ARCH_CONFIGS["qwen3_next"] = {
+    "architectures": ["Qwen3NextForCausalLM"],
+    "model_type": "qwen3_next",
+    **_HYBRID_QWEN,
+    # Layer 0 is a dense MLP: both exchange kinds run in the hybrid family.
+    "full_attention_interval": 4,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [0],
+    "intermediate_size": 128,
+}
+ARCH_CONFIGS["qwen3_5_moe"] = {
+    "architectures": ["Qwen3_5MoeForCausalLM"],
+    "model_type": "qwen3_5_moe_text",
+    **_HYBRID_QWEN,
+}
+# The checkpoint layout Qwen3.5/3.6 MoE ship (a vision tower beside the
+# language model), served text-only with --language-model-only.
+ARCH_CONFIGS["qwen3_5_moe_vl"] = {
+    "architectures": ["Qwen3_5MoeForConditionalGeneration"],
+    "model_type": "qwen3_5_moe",
+    "text_config": {"model_type": "qwen3_5_moe_text", **_HYBRID_QWEN},
+    "vision_config": {
+        "depth": 1,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_heads": 2,
+        "out_hidden_size": 128,
+        "patch_size": 16,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "num_position_embeddings": 64,
+        "deepstack_visual_indexes": [],
+    },
+}
+# Kimi K2 is DeepSeek-V3 with its own model_type (vLLM reads it with its
+# DeepseekV3Config): sigmoid scores, noaux_tc routing with a correction bias,
+# routed scaling, one shared expert; MLA in its real 512 + 64 shape.
+ARCH_CONFIGS["kimi_k2"] = {
+    **ARCH_CONFIGS["deepseek_v2"],
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "model_type": "deepseek_v3",
+    "checkpoint_model_type": "kimi_k2",
+    "n_routed_experts": 8,
+    "topk_method": "noaux_tc",
+    "scoring_func": "sigmoid",
+    "routed_scaling_factor": 2.827,
+}
 ARCHS: tuple[str, ...] = tuple(ARCH_CONFIGS)
+ARCHITECTURES: dict[str, str] = {
+    arch: config["architectures"][0] for arch, config in ARCH_CONFIGS.items()
+}
+"""The HF architecture each tiny model declares."""
 
 _NUMBER_WORDS = [
     "zero",
@@ -244,21 +320,39 @@ def _write_tokenizer(out: Path) -> dict[str, int]:
 
 def _write_model(out: Path, spec: dict[str, Any], token_ids: dict[str, int]) -> None:
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import (
+        AutoConfig,
+        AutoModelForCausalLM,
+        AutoModelForImageTextToText,
+    )
 
     fields = dict(spec["config"])
     model_type = fields.pop("model_type")
-    config = AutoConfig.for_model(
-        model_type,
-        vocab_size=spec["vocab_size"],
-        bos_token_id=token_ids["<s>"],
-        eos_token_id=token_ids["</s>"],
-        pad_token_id=token_ids["</s>"],
-        tie_word_embeddings=False,
-        **fields,
-    )
+    # A checkpoint whose model_type transformers does not know under that name
+    # (Kimi K2) is built as the class it is and relabelled in config.json.
+    checkpoint_type = fields.pop("checkpoint_model_type", None)
+    tokens = {
+        "vocab_size": spec["vocab_size"],
+        "bos_token_id": token_ids["<s>"],
+        "eos_token_id": token_ids["</s>"],
+        "pad_token_id": token_ids["</s>"],
+        "tie_word_embeddings": False,
+    }
+    multimodal = "text_config" in fields
+    if multimodal:
+        fields["text_config"] = {**fields["text_config"], **tokens}
+        fields["tie_word_embeddings"] = False
+    else:
+        fields.update(tokens)
+    config = AutoConfig.for_model(model_type, **fields)
     torch.manual_seed(spec["seed"])
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    auto = AutoModelForImageTextToText if multimodal else AutoModelForCausalLM
+    model = auto.from_config(config, dtype=torch.float32)
     model = model.to(getattr(torch, spec["dtype"]))
     model.config.dtype = spec["dtype"]
     model.save_pretrained(str(out), safe_serialization=True)
+    if checkpoint_type is not None:
+        path = out / "config.json"
+        saved = json.loads(path.read_text())
+        saved["model_type"] = checkpoint_type
+        path.write_text(json.dumps(saved, indent=2, sort_keys=True))

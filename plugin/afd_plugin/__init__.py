@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 __version__ = "0.1.0"
-__all__ = ["register", "__version__"]
+__all__ = ["register", "register_environment_fixes", "__version__"]
 
 logger = logging.getLogger("afd_plugin")
 
@@ -22,7 +22,8 @@ def register() -> None:
 
     vLLM calls this in the API server, the engine core and every worker. It is
     idempotent; the patches themselves act only when ``additional_config``
-    holds an ``afd`` section, so a non-AFD vLLM sees no change.
+    holds an ``afd`` section, so a non-AFD vLLM sees no change beyond the
+    environment fixes (``register_environment_fixes``).
     """
     global _registered
     if _registered:
@@ -33,6 +34,28 @@ def register() -> None:
     if envs.get("AFD_PLUGIN_DISABLE"):
         logger.warning("afd-plugin: AFD_PLUGIN_DISABLE is set; no patches applied")
         return
+    register_environment_fixes()
     from afd_plugin.patches import apply_patches
 
     apply_patches()
+
+
+_environment_fixed = False
+
+
+def register_environment_fixes() -> None:
+    """Apply the fixes any vLLM process of this environment needs, AFD or not
+    (the ``afd_env`` entry point; ``register()`` calls it too): today, Qwen3.5
+    and 3.6 model files importing where torchvision is absent
+    (``patches/qwen_vl_image_processor.py``). Idempotent and cheap."""
+    global _environment_fixed
+    if _environment_fixed:
+        return
+    _environment_fixed = True
+    from afd_plugin import envs
+
+    if envs.get("AFD_PLUGIN_DISABLE"):
+        return
+    from afd_plugin.patches import ENVIRONMENT_PATCH_MODULES, apply_patches
+
+    apply_patches(ENVIRONMENT_PATCH_MODULES)

@@ -43,20 +43,32 @@ class ModelFamily:
     gate_on_attention: bool
     """Whether ``compute_gate_on_attention=true`` is allowed (AFD-I7)."""
     notes: str = ""
-    role_models: RoleModels | None = None
-    """What this build can load; None: the family is not in this build yet."""
+    role_models: tuple[RoleModels, ...] = ()
+    """What this build can load, by architecture; empty: the family is not in
+    this build yet."""
+    checkpoints: tuple[str, ...] = ()
+    """Model releases served through these architectures (for the docs)."""
+    hybrid: bool = False
+    """Linear-attention layers keep a recurrent state per request beside the
+    KV cache (vLLM's hybrid cache spec); it stays on the attention role."""
 
     def __post_init__(self) -> None:
-        if self.role_models is not None:
-            stray = set(self.role_models.architectures) - set(self.architectures)
-            if stray:
-                raise ValueError(f"{self.family}: role models for {sorted(stray)}")
+        built = [a for models in self.role_models for a in models.architectures]
+        stray = set(built) - set(self.architectures)
+        if stray:
+            raise ValueError(f"{self.family}: role models for {sorted(stray)}")
+        if len(built) != len(set(built)):
+            raise ValueError(f"{self.family}: two role models for one architecture")
+
+    def models_for(self, architecture: str) -> RoleModels | None:
+        """The role models that split ``architecture``, if this build has them."""
+        for models in self.role_models:
+            if architecture in models.architectures:
+                return models
+        return None
 
     def in_build(self, architecture: str) -> bool:
-        return (
-            self.role_models is not None
-            and architecture in self.role_models.architectures
-        )
+        return self.models_for(architecture) is not None
 
 
 MODEL_FAMILIES: tuple[ModelFamily, ...] = (
@@ -70,14 +82,22 @@ MODEL_FAMILIES: tuple[ModelFamily, ...] = (
         ),
         platforms=("cpu", "cuda", "npu"),
         gate_on_attention=True,
-        notes="Gate on either side where the connector and runner allow it.",
-        role_models=RoleModels(
-            attention=f"{_MODELS}.deepseek_v2:DeepseekV2AttentionModel",
-            ffn=f"{_MODELS}.deepseek_v2:DeepseekV2FFNModel",
-            architectures=(
-                "DeepseekForCausalLM",
-                "DeepseekV2ForCausalLM",
-                "DeepseekV3ForCausalLM",
+        notes=(
+            "Gate on either side where the connector and runner allow it. Kimi "
+            "K2 / K2-Thinking checkpoints (`model_type: kimi_k2`, sigmoid "
+            "scores, `noaux_tc` routing) are `DeepseekV3ForCausalLM` and run "
+            "through the same role models."
+        ),
+        checkpoints=("DeepSeek-V2", "DeepSeek-V3", "Kimi K2"),
+        role_models=(
+            RoleModels(
+                attention=f"{_MODELS}.deepseek_v2:DeepseekV2AttentionModel",
+                ffn=f"{_MODELS}.deepseek_v2:DeepseekV2FFNModel",
+                architectures=(
+                    "DeepseekForCausalLM",
+                    "DeepseekV2ForCausalLM",
+                    "DeepseekV3ForCausalLM",
+                ),
             ),
         ),
     ),
@@ -94,10 +114,12 @@ MODEL_FAMILIES: tuple[ModelFamily, ...] = (
         platforms=("cpu", "cuda"),
         gate_on_attention=False,
         notes="Gate on FFN only.",
-        role_models=RoleModels(
-            attention=f"{_MODELS}.qwen3_moe:Qwen3MoeAttentionModel",
-            ffn=f"{_MODELS}.qwen3_moe:Qwen3MoeFFNModel",
-            architectures=("Qwen3MoeForCausalLM",),
+        role_models=(
+            RoleModels(
+                attention=f"{_MODELS}.qwen3_moe:Qwen3MoeAttentionModel",
+                ffn=f"{_MODELS}.qwen3_moe:Qwen3MoeFFNModel",
+                architectures=("Qwen3MoeForCausalLM",),
+            ),
         ),
     ),
     ModelFamily(
@@ -106,9 +128,50 @@ MODEL_FAMILIES: tuple[ModelFamily, ...] = (
             "Qwen3_5MoeForConditionalGeneration",
             "Qwen3_5MoeForCausalLM",
         ),
-        platforms=("cuda",),
+        platforms=("cpu", "cuda"),
         gate_on_attention=False,
-        notes="Text-only (`--language-model-only`); gate on FFN only.",
+        notes=(
+            "Hybrid: Gated DeltaNet and gated full attention, their state on "
+            "the attention role. Multimodal checkpoints are served text-only "
+            "(`--language-model-only`); gate on FFN only (AFD-I7). vLLM's CPU "
+            "kernels need bf16."
+        ),
+        checkpoints=("Qwen3.5 MoE", "Qwen3.6 MoE"),
+        hybrid=True,
+        role_models=(
+            RoleModels(
+                attention=f"{_MODELS}.qwen3_next:Qwen3_5MoeVLAttentionModel",
+                ffn=f"{_MODELS}.qwen3_next:Qwen3NextFFNModel",
+                architectures=("Qwen3_5MoeForConditionalGeneration",),
+            ),
+            RoleModels(
+                attention=f"{_MODELS}.qwen3_next:Qwen3_5MoeAttentionModel",
+                ffn=f"{_MODELS}.qwen3_next:Qwen3NextFFNModel",
+                architectures=("Qwen3_5MoeForCausalLM",),
+            ),
+        ),
+    ),
+    ModelFamily(
+        family="Qwen3-Next",
+        architectures=("Qwen3NextForCausalLM",),
+        platforms=("cpu", "cuda"),
+        gate_on_attention=False,
+        notes=(
+            "Hybrid like Qwen3.5. Gate on FFN only: its router is Qwen3-MoE's "
+            "softmax top-k, and the block's second gate (the shared expert's "
+            "sigmoid gate) reads the same hidden state on the FFN role, so "
+            "routing on attention would send 8-512 logits per token more and "
+            "save the FFN role no work."
+        ),
+        checkpoints=("Qwen3-Next-80B-A3B",),
+        hybrid=True,
+        role_models=(
+            RoleModels(
+                attention=f"{_MODELS}.qwen3_next:Qwen3NextAttentionModel",
+                ffn=f"{_MODELS}.qwen3_next:Qwen3NextFFNModel",
+                architectures=("Qwen3NextForCausalLM",),
+            ),
+        ),
     ),
 )
 
@@ -132,5 +195,6 @@ def role_model_target(architecture: str, role: str) -> str | None:
     family = _BY_ARCH.get(architecture)
     if family is None or not family.in_build(architecture):
         return None
-    assert family.role_models is not None
-    return family.role_models.target(role)
+    models = family.models_for(architecture)
+    assert models is not None
+    return models.target(role)

@@ -2,14 +2,16 @@
 """Which role loads which checkpoint weight: the FFN role the MLP/MoE blocks,
 the attention role everything else, the router gate where it runs.
 
-Pure: no torch, no vLLM; checkpoint names follow the HF layout.
+Pure: no torch, no vLLM; checkpoint names follow the HF layout, the language
+model's layers under ``model.layers`` or, in multimodal checkpoints (Qwen3.5
+and 3.6), under ``model.language_model.layers``.
 """
 
 from __future__ import annotations
 
 import re
 
-_MLP_WEIGHT = re.compile(r"^model\.layers\.(\d+)\.mlp\.(.+)$")
+_MLP_WEIGHT = re.compile(r"^model\.(?:language_model\.)?layers\.(\d+)\.mlp\.(.+)$")
 
 
 def owned_by_role(name: str, role: str, gate_on_attention: bool) -> bool:

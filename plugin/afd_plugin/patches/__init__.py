@@ -20,6 +20,13 @@ logger = logging.getLogger("afd_plugin")
 # Process-wide patches in application order; each exposes ``apply() -> None``.
 PATCH_MODULES: tuple[str, ...] = ("afd_plugin.patches.config_validation",)
 
+# Environment fixes: what any vLLM process of this environment needs, AFD or
+# not (a colocated baseline too); applied by ``register_environment_fixes()``,
+# the ``afd_env`` entry point, and by ``register()``.
+ENVIRONMENT_PATCH_MODULES: tuple[str, ...] = (
+    "afd_plugin.patches.qwen_vl_image_processor",
+)
+
 # Patches the runtime applies itself, at the point their header names.
 SCOPED_PATCH_MODULES: tuple[str, ...] = (
     "afd_plugin.patches.model_build_names",
@@ -27,7 +34,9 @@ SCOPED_PATCH_MODULES: tuple[str, ...] = (
     "afd_plugin.patches.v2_run_fullgraph",
 )
 
-ALL_PATCH_MODULES: tuple[str, ...] = PATCH_MODULES + SCOPED_PATCH_MODULES
+ALL_PATCH_MODULES: tuple[str, ...] = (
+    PATCH_MODULES + ENVIRONMENT_PATCH_MODULES + SCOPED_PATCH_MODULES
+)
 """Every patch module; each exposes ``check_target() -> None``."""
 
 applied: list[str] = []

@@ -72,7 +72,7 @@ def normalize_afd_config(
     if not afd.is_attention:
         # The FFN role holds no KV cache; vLLM's prefix-caching coordinator
         # needs at least one cache group, so caching is off there.
-        vllm_config.cache_config.enable_prefix_caching = False
+        _no_cache_on_ffn(vllm_config)
     resolved = afd.model_dump_json()
     if resolved not in _logged:
         _logged.add(resolved)
@@ -83,6 +83,19 @@ def normalize_afd_config(
             worker,
             resolved,
         )
+
+
+def _no_cache_on_ffn(vllm_config: VllmConfig) -> None:
+    """The FFN role holds no KV cache and no linear-attention state: prefix
+    caching goes off (vLLM's coordinator needs at least one cache group), and
+    for a hybrid model the mamba settings vLLM's hook derived from it go back
+    to what it picks without prefix caching (its check refuses a mamba block
+    size without prefix caching)."""
+    cache = vllm_config.cache_config
+    cache.enable_prefix_caching = False
+    if cache.mamba_block_size is not None:
+        cache.mamba_cache_mode = "none"
+        cache.mamba_block_size = vllm_config.model_config.max_model_len
 
 
 def _check_target(platform_cls: type) -> Any:

@@ -34,6 +34,16 @@ TARGETS: dict[str, dict[str, tuple[str, ...]]] = {
         "Qwen3MoeSparseMoeBlock": ("vllm_config", "prefix"),
         "Qwen3MoeMLP": ("prefix",),
     },
+    # Qwen3-Next's decoder layer, and the MoE bookkeeping Qwen3.5 inherits
+    # from it, name the block here; Qwen3.5's own decoder layer names its
+    # import of the same class in qwen3_5.
+    "vllm.model_executor.models.qwen3_next": {
+        "Qwen3NextSparseMoeBlock": ("vllm_config", "prefix"),
+        "Qwen3NextMLP": ("prefix",),
+    },
+    "vllm.model_executor.models.qwen3_5": {
+        "Qwen3NextSparseMoeBlock": ("vllm_config", "prefix"),
+    },
 }
 
 

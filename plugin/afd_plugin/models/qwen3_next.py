@@ -1,0 +1,202 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Qwen3-Next and Qwen3.5/3.6 MoE split by role: hybrid models whose layers
+alternate Gated DeltaNet (linear attention, a recurrent state per request)
+and gated full attention, each followed by the same sparse MoE block (router
+gate, routed experts, one shared expert scaled by its own sigmoid gate).
+
+Attention: vLLM's own model (text-only or the multimodal class served with
+``--language-model-only``) with every MoE/MLP block built as a ``RemoteFFN``;
+it owns the KV cache of the full-attention layers and the linear-attention
+state of the DeltaNet layers (vLLM's hybrid cache spec). FFN: router gate,
+experts, shared expert with its gate, and dense MLPs only; no cache of any
+kind. The gate runs on the FFN role only (AFD-I7).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+from vllm.config import VllmConfig
+from vllm.model_executor.models import qwen3_5 as q35
+from vllm.model_executor.models import qwen3_next as qn
+from vllm.model_executor.models.utils import extract_layer_index
+
+from afd_plugin.connectors.base import LayerExchange
+from afd_plugin.models.ownership import owned_by_role
+from afd_plugin.models.remote_ffn import RemoteFFN
+from afd_plugin.models.role_model import (
+    AFDRoleModel,
+    FFNBlocks,
+    FFNRoleModel,
+    exchange_spec,
+)
+from afd_plugin.patches.model_build_names import swapped_names
+
+_QWEN3_5_MOE_TEXT = "qwen3_5_moe_text"
+
+
+def is_moe_layer(config: Any, index: int) -> bool:
+    """vLLM's rule for a sparse MoE block: every layer of Qwen3.5/3.6 MoE
+    (``Qwen3_5DecoderLayer``), Qwen3-Next's sparse-step rule otherwise
+    (``Qwen3NextDecoderLayer``)."""
+    if config.model_type == _QWEN3_5_MOE_TEXT:
+        return True
+    mlp_only = getattr(config, "mlp_only_layers", None) or []
+    return (
+        index not in mlp_only
+        and config.num_experts > 0
+        and (index + 1) % config.decoder_sparse_step == 0
+    )
+
+
+class _RemoteSparseMoeBlock(RemoteFFN):
+    """Stand-in for Qwen3NextSparseMoeBlock (keyword API)."""
+
+    kind = "moe"
+    router_logits = 0
+
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = "", **_: Any):
+        super().__init__(extract_layer_index(prefix))
+        experts = vllm_config.model_config.hf_text_config.num_experts
+        # Read by vLLM's MoE bookkeeping (set_moe_parameters); the experts
+        # live on the FFN role.
+        self.n_routed_experts = self.n_logical_experts = experts
+        self.n_physical_experts = self.n_local_physical_experts = experts
+        self.n_redundant_experts = 0
+        self.experts = None
+
+
+class _RemoteMLP(RemoteFFN):
+    """Stand-in for Qwen3NextMLP (vLLM's Qwen2MoeMLP, keyword API)."""
+
+    kind = "dense"
+    router_logits = 0
+
+    def __init__(self, *, prefix: str = "", **_: Any) -> None:
+        super().__init__(extract_layer_index(prefix))
+
+
+@contextmanager
+def _remote_blocks() -> Iterator[None]:
+    """The block names both model files build with (and test in vLLM's MoE
+    bookkeeping) bound to the stand-ins while one model is built."""
+    with ExitStack() as stack:
+        stack.enter_context(
+            swapped_names(
+                qn,
+                Qwen3NextSparseMoeBlock=_RemoteSparseMoeBlock,
+                Qwen3NextMLP=_RemoteMLP,
+            )
+        )
+        stack.enter_context(
+            swapped_names(q35, Qwen3NextSparseMoeBlock=_RemoteSparseMoeBlock)
+        )
+        yield
+
+
+class _HybridAttentionModel(AFDRoleModel):
+    """What the attention models of the three classes share."""
+
+    afd_spec: Any
+
+    def _afd_finish(self, vllm_config: VllmConfig, layers: Iterable[nn.Module]):
+        self.afd = self.bound_afd_config()
+        self.moe_layers = []
+        blocks = [layer.mlp for layer in layers]
+        self.afd_spec = exchange_spec(
+            vllm_config,
+            self.afd,
+            vllm_config.model_config.hf_text_config.hidden_size,
+            None,
+            (LayerExchange(b.layer_index, b.kind, 0) for b in blocks),
+        )
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        mine = ((n, w) for n, w in weights if owned_by_role(n, "attention", False))
+        return super().load_weights(mine)  # type: ignore[misc]
+
+
+class Qwen3NextAttentionModel(_HybridAttentionModel, qn.Qwen3NextForCausalLM):
+    """Attention role of Qwen3-Next: embeddings, DeltaNet and gated
+    attention layers with their state, norms, LM head."""
+
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = "") -> None:
+        self.bound_afd_config()
+        with _remote_blocks():
+            super().__init__(vllm_config=vllm_config, prefix=prefix)
+        self._afd_finish(vllm_config, self.model.layers)
+
+
+class Qwen3_5MoeAttentionModel(_HybridAttentionModel, q35.Qwen3_5MoeForCausalLM):
+    """Attention role of Qwen3.5/3.6 MoE (text-only checkpoints)."""
+
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = "") -> None:
+        self.bound_afd_config()
+        with _remote_blocks():
+            super().__init__(vllm_config=vllm_config, prefix=prefix)
+        self._afd_finish(vllm_config, self.model.layers)
+
+
+class Qwen3_5MoeVLAttentionModel(
+    _HybridAttentionModel, q35.Qwen3_5MoeForConditionalGeneration
+):
+    """Attention role of Qwen3.5/3.6 MoE multimodal checkpoints, served
+    text-only (``--language-model-only``): vLLM's class, whose vision tower
+    vLLM itself leaves unbuilt then, around the split language model."""
+
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = "model") -> None:
+        self.bound_afd_config()
+        with _remote_blocks():
+            super().__init__(vllm_config=vllm_config, prefix=prefix)
+        self._afd_finish(vllm_config, self.language_model.model.layers)
+
+
+class _HybridBlocks(FFNBlocks):
+    """The attributes vLLM's Qwen3NextModel.load_weights reads, over blocks
+    (its mapper fuses the dense and shared-expert gate/up projections)."""
+
+    hf_to_vllm_mapper = qn.Qwen3NextModel.hf_to_vllm_mapper
+
+    def __init__(self, vllm_config: VllmConfig, blocks: list[nn.Module]) -> None:
+        super().__init__(vllm_config, blocks)
+        self.config = vllm_config.model_config.hf_text_config
+        self.is_fused_shared_expert_enabled = False
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        return qn.Qwen3NextModel.load_weights(self, weights)  # type: ignore[arg-type]
+
+
+_VL_LANGUAGE_MODEL = "model.language_model."
+
+
+class Qwen3NextFFNModel(FFNRoleModel):
+    """FFN role of Qwen3-Next and Qwen3.5/3.6 MoE: router gate, routed
+    experts, shared expert and its gate, dense MLPs. Multimodal checkpoints
+    name the language model's blocks ``model.language_model.layers.N``."""
+
+    dense_block = qn.Qwen3NextMLP
+    blocks_class = _HybridBlocks
+
+    def is_moe_layer(self, index: int) -> bool:
+        return is_moe_layer(self.config, index)
+
+    def build_moe_block(self, vllm_config: VllmConfig, prefix: str) -> nn.Module:
+        return qn.Qwen3NextSparseMoeBlock(vllm_config=vllm_config, prefix=prefix)
+
+    def run_block(
+        self, layer: int, hidden: torch.Tensor, router_logits: torch.Tensor | None
+    ) -> torch.Tensor:
+        return self.model.layers[layer].mlp(hidden)
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        def text_names() -> Iterator[tuple[str, torch.Tensor]]:
+            for name, tensor in weights:
+                if name.startswith(_VL_LANGUAGE_MODEL):
+                    name = "model." + name.removeprefix(_VL_LANGUAGE_MODEL)
+                yield name, tensor
+
+        return super().load_weights(text_names())
