@@ -117,13 +117,24 @@ def model_table() -> str:
             if any(fam.in_build(a) for a in fam.architectures)
             else "nowhere yet",
             "either side" if fam.gate_on_attention else "FFN only",
+            "KV cache + linear-attention state" if fam.hybrid else "KV cache",
             _code(a for a in fam.architectures if fam.in_build(a)) or "not yet",
+            ", ".join(fam.checkpoints),
             fam.notes,
         ]
         for fam in MODEL_FAMILIES
     ]
     header = ["Model family", "Architectures", "Platforms", "Run end to end", "Gate"]
-    return _table([*header, "Role-split model in this build", "Notes"], rows)
+    return _table(
+        [
+            *header,
+            "State on attention",
+            "Role-split model in this build",
+            "Checkpoints",
+            "Notes",
+        ],
+        rows,
+    )
 
 
 def _type_name(annotation: object) -> str:

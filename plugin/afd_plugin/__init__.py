@@ -52,10 +52,12 @@ def register_environment_fixes() -> None:
     if _environment_fixed:
         return
     _environment_fixed = True
+    import importlib.util
+
     from afd_plugin import envs
 
-    if envs.get("AFD_PLUGIN_DISABLE"):
-        return
+    if envs.get("AFD_PLUGIN_DISABLE") or importlib.util.find_spec("vllm") is None:
+        return  # nothing to fix for
     from afd_plugin.patches import ENVIRONMENT_PATCH_MODULES, apply_patches
 
     apply_patches(ENVIRONMENT_PATCH_MODULES)

@@ -114,6 +114,7 @@ MODEL_FAMILIES: tuple[ModelFamily, ...] = (
         platforms=("cpu", "cuda"),
         gate_on_attention=False,
         notes="Gate on FFN only.",
+        checkpoints=("Qwen3-30B-A3B", "Qwen3-235B-A22B"),
         role_models=(
             RoleModels(
                 attention=f"{_MODELS}.qwen3_moe:Qwen3MoeAttentionModel",

@@ -93,8 +93,9 @@ def test_hybrid_state_features_match_colocated(
     afd_batched = attention.complete(prompts, GENERATED)
     colocated_batched = baseline.complete(prompts, GENERATED)
     preemptions = "vllm:num_preemptions_total"
-    afd_pre, colocated_pre = counter(attention, preemptions), counter(
-        baseline, preemptions
+    afd_pre, colocated_pre = (
+        counter(attention, preemptions),
+        counter(baseline, preemptions),
     )
     print(f"preemptions: AFD {afd_pre}, colocated {colocated_pre}")
     assert afd_batched == colocated_batched

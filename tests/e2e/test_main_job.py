@@ -68,6 +68,10 @@ CONNECTOR_DRIVEN = {"cpu-eager-1a1f-camasync", "cpu-eager-2a1f-camasync"}
         "cpu-eager-2a1f",
         "cpu-eager-1a1f-camasync",
         "cpu-eager-2a1f-camasync",
+        "cpu-eager-1a1f-kimi-k2",
+        "cpu-eager-1a1f-qwen3-next",
+        "cpu-eager-1a1f-qwen3.5",
+        "cpu-eager-2a1f-qwen3.5",
     ],
 )
 def test_main_job_passes_parity_and_gsm8k_agreement(
@@ -121,13 +125,15 @@ def test_main_job_passes_parity_and_gsm8k_agreement(
     assert (tmp_path / "run" / "junit.xml").exists()
 
 
+@pytest.mark.parametrize("scenario", ["cpu-dbo-1a1f", "cpu-dbo-1a1f-qwen3.5"])
 def test_the_cpu_dbo_scenario_splits_steps_and_keeps_the_answers(
-    tmp_path: Path, tiny_model_root: Path
+    scenario: str, tmp_path: Path, tiny_model_root: Path
 ) -> None:
-    """cpu-dbo-1a1f under AFD-I12's DBO floors: 24 GSM8K samples at 12
-    concurrent requests, every AFD answer equal to the colocated one, and both
-    roles logged steps that really ran two micro-batches."""
-    results = run_scenario("cpu-dbo-1a1f", tmp_path / "run", tiny_model_root)
+    """The CPU DBO scenarios (Qwen3-MoE; Qwen3.5-MoE, whose linear-attention
+    state is split with the batch) under AFD-I12's DBO floors: 24 GSM8K
+    samples at 12 concurrent requests, every AFD answer equal to the colocated
+    one, and both roles logged steps that really ran two micro-batches."""
+    results = run_scenario(scenario, tmp_path / "run", tiny_model_root)
     stderr = results.pop("_stderr")
     checks = {c["name"]: c for c in results["checks"]}
     assert results["outcome"] == "passed", (

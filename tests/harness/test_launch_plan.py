@@ -87,7 +87,10 @@ def test_dry_run_plan(scenario_id: str, tmp_path: Path, capsys) -> None:
             # never resolves to the Ascend platform.
             assert "ascend" in env["VLLM_PLUGINS"].split(",")
         else:
-            assert env["VLLM_PLUGINS"] in ("afd", "")
+            assert env["VLLM_PLUGINS"] in ("afd_env,afd", "afd_env")
+        # Every server, the colocated baseline included, gets the plugin's
+        # environment fixes (a Qwen3.5 server needs them to start at all).
+        assert "afd_env" in env["VLLM_PLUGINS"].split(",")
         if scenario.graph.mode == "eager":
             assert "--enforce-eager" in argv
         else:

@@ -244,6 +244,29 @@ def test_plugin_validator_decides_for_scenarios(repo: Path, capsys) -> None:
     ) in out
 
 
+@pytest.mark.parametrize(
+    "scenario", ["cpu-eager-1a1f-qwen3.5", "cpu-eager-2a1f-qwen3.5"]
+)
+def test_qwen3_5_with_the_gate_on_attention_is_refused(
+    repo: Path, capsys, scenario: str
+) -> None:
+    """AFD-I7: Qwen3.5/3.6 MoE keeps its router gate on the FFN role; the
+    harness refuses the scenario with the plugin's own validator, naming the
+    file, line and field (it asks both roles and reports a message once;
+    tests/unit/test_validation.py checks each role)."""
+    path = repo / f"scenarios/cpu/{scenario}.yaml"
+    text = path.read_text()
+    path.write_text(text + "compute_gate_on_attention: true\n")
+    code, out = lint(repo, capsys)
+    line = line_of(path, "compute_gate_on_attention: true")
+    assert code == 1
+    assert (
+        f"{scenario}.yaml:{line}:1: compute_gate_on_attention: [attention role] "
+        "must be false for Qwen3.5 / Qwen3.6 MoE "
+        "(Qwen3_5MoeForConditionalGeneration)"
+    ) in out
+
+
 def test_a_model_this_build_cannot_split_fails_lint(repo: Path, capsys) -> None:
     """DeepSeek-V3.2 is in the DeepSeek family but has no role-split model in
     this build: the scenario would pass lint and die at model load."""

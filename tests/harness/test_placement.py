@@ -83,7 +83,8 @@ def arg(argv: list[str], flag: str) -> str:
 )
 def test_a_scenario_without_placement_plans_as_before(sid: str, monkeypatch) -> None:
     # tests/data/one_node_plans.json was written by the plan code before
-    # placement existed, with the same counted ports.
+    # placement existed, with the same counted ports (its VLLM_PLUGINS later
+    # gained the environment fixes' entry point, afd_env).
     counted_ports(monkeypatch)
     scenario = Catalogue.load(ROOT).get(sid)
     plan = plan_of(scenario, sid, baseline=True)

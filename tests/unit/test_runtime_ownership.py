@@ -22,6 +22,19 @@ NAMES = {
     "model.layers.1.mlp.experts.3.up_proj.weight": "ffn",
     "model.layers.1.mlp.shared_experts.gate_proj.weight": "ffn",
     "model.layers.12.mlp.shared_expert_gate.weight": "ffn",
+    # Hybrid models: the linear-attention layers and their state are the
+    # attention role's; the multimodal checkpoints of Qwen3.5/3.6 keep the
+    # language model under model.language_model and a vision tower beside it.
+    "model.layers.0.linear_attn.in_proj_qkvz.weight": "attention",
+    "model.layers.0.linear_attn.A_log": "attention",
+    "model.language_model.layers.0.linear_attn.conv1d.weight": "attention",
+    "model.language_model.layers.3.self_attn.q_proj.weight": "attention",
+    "model.language_model.embed_tokens.weight": "attention",
+    "model.visual.blocks.0.attn.qkv.weight": "attention",
+    "mtp.layers.0.mlp.experts.0.up_proj.weight": "attention",
+    "model.language_model.layers.0.mlp.experts.7.down_proj.weight": "ffn",
+    "model.language_model.layers.0.mlp.shared_expert.up_proj.weight": "ffn",
+    "model.language_model.layers.0.mlp.shared_expert_gate.weight": "ffn",
 }
 
 
@@ -45,6 +58,9 @@ def test_gate_weight_follows_the_gate_and_routing_bias_stays_on_ffn() -> None:
     # loads it too when it holds the gate module.
     assert owned_by_role(bias, "ffn", True) and owned_by_role(bias, "ffn", False)
     assert owned_by_role(bias, "attention", True)
+    vl_gate = "model.language_model.layers.2.mlp.gate.weight"
+    assert owned_by_role(vl_gate, "ffn", False)
+    assert not owned_by_role(vl_gate, "attention", False)
 
 
 def spec(router_logits: int = 0, dtype: str = "bfloat16") -> ExchangeSpec:

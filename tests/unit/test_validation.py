@@ -30,6 +30,8 @@ PLATFORM = {
 DEEPSEEK = "DeepseekV2ForCausalLM"
 QWEN3 = "Qwen3MoeForCausalLM"
 QWEN35 = "Qwen3_5MoeForConditionalGeneration"
+QWEN35_TEXT = "Qwen3_5MoeForCausalLM"
+QWEN3_NEXT = "Qwen3NextForCausalLM"
 
 
 def cfg(connector: str, gate: bool, role: str = "attention", **extra: Any):
@@ -78,6 +80,12 @@ I7_MATRIX = [
     ("P2pGlooAFDConnector", "v1", DEEPSEEK, True, {}, None),
     ("P2pGlooAFDConnector", "v1", DEEPSEEK, False, {}, None),
     ("P2pGlooAFDConnector", "v1", QWEN3, False, {}, None),
+    ("P2pGlooAFDConnector", "v1", QWEN35, False, {}, None),
+    ("P2pGlooAFDConnector", "v1", QWEN35, True, {}, GATE),
+    ("P2pGlooAFDConnector", "v1", QWEN35_TEXT, False, {}, None),
+    ("P2pGlooAFDConnector", "v1", QWEN35_TEXT, True, {}, GATE),
+    ("P2pGlooAFDConnector", "v1", QWEN3_NEXT, False, {}, None),
+    ("P2pGlooAFDConnector", "v1", QWEN3_NEXT, True, {}, GATE),
     ("P2pGlooAFDConnector", "v1", QWEN3, True, {}, GATE),
     ("CAMP2pAFDConnector", "v1", DEEPSEEK, False, {}, None),
     ("CAMP2pAFDConnector", "v1", DEEPSEEK, True, {}, GATE),
@@ -349,8 +357,8 @@ def test_connector_platform_mismatch_names_the_right_connectors() -> None:
 
 def test_model_platform_and_unknown_architecture() -> None:
     assert "deployment.platform" in paths(
-        cfg("P2pGlooAFDConnector", False),
-        dep("P2pGlooAFDConnector", architecture=QWEN35),
+        cfg("CAMP2pAFDConnector", False),
+        dep("CAMP2pAFDConnector", architecture=QWEN3),
     )
     errors = check_deployment(
         cfg("P2pGlooAFDConnector", False),
@@ -417,6 +425,24 @@ def test_all_problems_reported_together() -> None:
 
 
 # -- what this build holds (one table per fact) ------------------------------
+
+
+@pytest.mark.parametrize("arch", [QWEN35, QWEN35_TEXT, QWEN3_NEXT])
+@pytest.mark.parametrize("role", ["attention", "ffn"])
+def test_hybrid_qwen_models_refuse_the_gate_on_attention_on_both_roles(
+    arch: str, role: str
+) -> None:
+    """AFD-I7: Qwen3.5/3.6 MoE (both checkpoint layouts) and Qwen3-Next keep
+    the gate on the FFN role; the one validator refuses it on either role,
+    naming the family and the architecture."""
+    config = cfg("P2pGlooAFDConnector", True, role=role)
+    with pytest.raises(AFDConfigError) as info:
+        validate_deployment(config, dep("P2pGlooAFDConnector", architecture=arch))
+    assert GATE in str(info.value) and f"({arch})" in str(info.value)
+    validate_deployment(
+        cfg("P2pGlooAFDConnector", False, role=role),
+        dep("P2pGlooAFDConnector", architecture=arch),
+    )
 
 
 def test_an_architecture_without_a_role_model_is_not_in_this_build() -> None:
