@@ -106,7 +106,12 @@ MODEL_FAMILIES: tuple[ModelFamily, ...] = (
         architectures=("DeepseekV4ForCausalLM",),
         platforms=("npu",),
         gate_on_attention=True,
-        notes="Ascend async-CAM path only.",
+        notes=(
+            "Ascend async-CAM path only, not built. vLLM 0.32.0's CPU "
+            "implementation cannot generate (Triton-only kernels in its "
+            "attention metadata), so no CPU role-split model is built."
+        ),
+        checkpoints=("DeepSeek-V4-Flash",),
     ),
     ModelFamily(
         family="Qwen3 MoE",
