@@ -29,6 +29,16 @@ def qwen3_moe(tiny_model_root: Path) -> Path:
     return build_tiny_model("qwen3_moe", tiny_model_root)
 
 
+@pytest.fixture(scope="session")
+def qwen3_5_moe(tiny_model_root: Path) -> Path:
+    return build_tiny_model("qwen3_5_moe", tiny_model_root)
+
+
+@pytest.fixture(scope="session")
+def qwen3_5_moe_vl(tiny_model_root: Path) -> Path:
+    return build_tiny_model("qwen3_5_moe_vl", tiny_model_root)
+
+
 @pytest.fixture
 def log_dir(tmp_path: Path) -> Path:
     return tmp_path / "logs"

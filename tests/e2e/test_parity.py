@@ -18,13 +18,18 @@ from afd_e2e.servers import VllmServers
 
 pytestmark = pytest.mark.e2e
 
-CASES = {
-    "deepseek_v2-gate-on-ffn": ("deepseek_v2", {}),
+BF16 = ("--dtype", "bfloat16")
+"""vLLM's CPU Gated DeltaNet kernels (Qwen3.5/3.6, Qwen3-Next) run bf16 only."""
+CASES: dict[str, tuple[str, dict, tuple[str, ...]]] = {
+    "deepseek_v2-gate-on-ffn": ("deepseek_v2", {}, ()),
     "deepseek_v2-gate-on-attention": (
         "deepseek_v2",
         {"compute_gate_on_attention": True},
+        (),
     ),
-    "qwen3_moe": ("qwen3_moe", {}),
+    "qwen3_moe": ("qwen3_moe", {}, ()),
+    # The text-only Qwen3.5/3.6-MoE class (checkpoints without a vision tower).
+    "qwen3_5_moe-text-only": ("qwen3_5_moe", {}, BF16),
 }
 
 
@@ -41,12 +46,12 @@ def test_afd_tokens_equal_colocated(
     colocated_tokens: dict[str, list[list[int]]],
     request: pytest.FixtureRequest,
 ) -> None:
-    arch, afd = CASES[case]
+    arch, afd, args = CASES[case]
     model = request.getfixturevalue(arch)
-    ffn, attention = servers.afd_pair(model, **afd)
+    ffn, attention = servers.afd_pair(model, args=args, **afd)
     baseline = None
     if arch not in colocated_tokens:
-        baseline = servers.start("colocated", model)
+        baseline = servers.start("colocated", model, extra_args=args)
     attention.wait_ready()
     afd_tokens = attention.complete_each(PROMPTS)
     if baseline is not None:
@@ -56,7 +61,7 @@ def test_afd_tokens_equal_colocated(
 
     assert afd_tokens == colocated_tokens[arch]
     assert all(len(t) == 16 for t in afd_tokens)
-    if arch == "qwen3_moe":
+    if arch in ("qwen3_moe", "qwen3_5_moe"):
         # All prompts in one request: multi-sequence steps on both roles.
         assert attention.complete(PROMPTS) == colocated_tokens[arch]
     assert ffn.exit_code() is None, ffn.log_tail()

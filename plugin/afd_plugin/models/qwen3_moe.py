@@ -37,8 +37,9 @@ def is_moe_layer(config: Any, index: int) -> bool:
     )
 
 
-class _RemoteQwen3MoeBlock(RemoteFFN):
-    """Stand-in for Qwen3MoeSparseMoeBlock (keyword API)."""
+class RemoteQwenMoeBlock(RemoteFFN):
+    """Stand-in for the sparse MoE blocks of the Qwen MoE families
+    (Qwen3MoeSparseMoeBlock, Qwen3NextSparseMoeBlock; keyword API)."""
 
     kind = "moe"
     router_logits = 0
@@ -53,8 +54,9 @@ class _RemoteQwen3MoeBlock(RemoteFFN):
         self.experts = None
 
 
-class _RemoteQwen3MoeMLP(RemoteFFN):
-    """Stand-in for Qwen3MoeMLP (keyword API)."""
+class RemoteQwenMLP(RemoteFFN):
+    """Stand-in for the dense MLPs of the Qwen MoE families (Qwen3MoeMLP,
+    Qwen2MoeMLP; keyword API)."""
 
     kind = "dense"
     router_logits = 0
@@ -70,8 +72,8 @@ class Qwen3MoeAttentionModel(AFDRoleModel, qm.Qwen3MoeForCausalLM):
         afd = self.bound_afd_config()
         with swapped_names(
             qm,
-            Qwen3MoeSparseMoeBlock=_RemoteQwen3MoeBlock,
-            Qwen3MoeMLP=_RemoteQwen3MoeMLP,
+            Qwen3MoeSparseMoeBlock=RemoteQwenMoeBlock,
+            Qwen3MoeMLP=RemoteQwenMLP,
         ):
             super().__init__(vllm_config=vllm_config, prefix=prefix)
         self.afd = afd

@@ -23,11 +23,11 @@ from torch import nn
 from vllm.config import VllmConfig
 from vllm.model_executor.models import qwen3_5 as q35
 from vllm.model_executor.models import qwen3_next as qn
-from vllm.model_executor.models.utils import extract_layer_index
 
 from afd_plugin.connectors.base import LayerExchange
+from afd_plugin.models import qwen3_moe
 from afd_plugin.models.ownership import owned_by_role
-from afd_plugin.models.remote_ffn import RemoteFFN
+from afd_plugin.models.qwen3_moe import RemoteQwenMLP, RemoteQwenMoeBlock
 from afd_plugin.models.role_model import (
     AFDRoleModel,
     FFNBlocks,
@@ -41,43 +41,11 @@ _QWEN3_5_MOE_TEXT = "qwen3_5_moe_text"
 
 def is_moe_layer(config: Any, index: int) -> bool:
     """vLLM's rule for a sparse MoE block: every layer of Qwen3.5/3.6 MoE
-    (``Qwen3_5DecoderLayer``), Qwen3-Next's sparse-step rule otherwise
+    (``Qwen3_5DecoderLayer``), Qwen3-MoE's sparse-step rule for Qwen3-Next
     (``Qwen3NextDecoderLayer``)."""
     if config.model_type == _QWEN3_5_MOE_TEXT:
         return True
-    mlp_only = getattr(config, "mlp_only_layers", None) or []
-    return (
-        index not in mlp_only
-        and config.num_experts > 0
-        and (index + 1) % config.decoder_sparse_step == 0
-    )
-
-
-class _RemoteSparseMoeBlock(RemoteFFN):
-    """Stand-in for Qwen3NextSparseMoeBlock (keyword API)."""
-
-    kind = "moe"
-    router_logits = 0
-
-    def __init__(self, *, vllm_config: VllmConfig, prefix: str = "", **_: Any):
-        super().__init__(extract_layer_index(prefix))
-        experts = vllm_config.model_config.hf_text_config.num_experts
-        # Read by vLLM's MoE bookkeeping (set_moe_parameters); the experts
-        # live on the FFN role.
-        self.n_routed_experts = self.n_logical_experts = experts
-        self.n_physical_experts = self.n_local_physical_experts = experts
-        self.n_redundant_experts = 0
-        self.experts = None
-
-
-class _RemoteMLP(RemoteFFN):
-    """Stand-in for Qwen3NextMLP (vLLM's Qwen2MoeMLP, keyword API)."""
-
-    kind = "dense"
-    router_logits = 0
-
-    def __init__(self, *, prefix: str = "", **_: Any) -> None:
-        super().__init__(extract_layer_index(prefix))
+    return qwen3_moe.is_moe_layer(config, index)
 
 
 @contextmanager
@@ -88,12 +56,12 @@ def _remote_blocks() -> Iterator[None]:
         stack.enter_context(
             swapped_names(
                 qn,
-                Qwen3NextSparseMoeBlock=_RemoteSparseMoeBlock,
-                Qwen3NextMLP=_RemoteMLP,
+                Qwen3NextSparseMoeBlock=RemoteQwenMoeBlock,
+                Qwen3NextMLP=RemoteQwenMLP,
             )
         )
         stack.enter_context(
-            swapped_names(q35, Qwen3NextSparseMoeBlock=_RemoteSparseMoeBlock)
+            swapped_names(q35, Qwen3NextSparseMoeBlock=RemoteQwenMoeBlock)
         )
         yield
 
@@ -103,7 +71,7 @@ class _HybridAttentionModel(AFDRoleModel):
 
     afd_spec: Any
 
-    def _afd_finish(self, vllm_config: VllmConfig, layers: Iterable[nn.Module]):
+    def _afd_finish(self, vllm_config: VllmConfig, layers: Iterable[nn.Module]) -> None:
         self.afd = self.bound_afd_config()
         self.moe_layers = []
         blocks = [layer.mlp for layer in layers]
