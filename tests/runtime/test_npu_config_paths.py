@@ -178,7 +178,7 @@ def test_the_cuda_and_cpu_registration_paths_never_import_vllm_ascend() -> None:
                 additional_config={"afd": {"role": "ffn", "connector": connector}},
                 parallel_config=NS(worker_cls="auto", all2all_backend="x"),
                 compilation_config=NS(pass_config=NS(enable_sp=False)),
-                cache_config=NS(enable_prefix_caching=True),
+                cache_config=NS(enable_prefix_caching=True, mamba_block_size=None),
             )
             cv.normalize_afd_config(config, "auto", False)
             print("worker", platform, config.parallel_config.worker_cls)
