@@ -36,9 +36,6 @@ class TinyModel(_Strict):
     """Tiny architecture to build (``afd_e2e.tiny_model.ARCH_CONFIGS``)."""
 
 
-TINY_ARCHITECTURES = ARCHITECTURES
-
-
 class ModelSpec(_Strict):
     """Either a tiny local model or a hub id pinned to a revision."""
 
@@ -56,7 +53,7 @@ class ModelSpec(_Strict):
     @property
     def resolved_architecture(self) -> str:
         if self.tiny is not None:
-            return TINY_ARCHITECTURES[self.tiny.arch]
+            return ARCHITECTURES[self.tiny.arch]
         return self.architecture or ""
 
 

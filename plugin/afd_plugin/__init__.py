@@ -40,18 +40,12 @@ def register() -> None:
     apply_patches()
 
 
-_environment_fixed = False
-
-
 def register_environment_fixes() -> None:
     """Apply the fixes any vLLM process of this environment needs, AFD or not
     (the ``afd_env`` entry point; ``register()`` calls it too): today, Qwen3.5
     and 3.6 model files importing where torchvision is absent
-    (``patches/qwen_vl_image_processor.py``). Idempotent and cheap."""
-    global _environment_fixed
-    if _environment_fixed:
-        return
-    _environment_fixed = True
+    (``patches/qwen_vl_image_processor.py``). Idempotent and cheap: each patch
+    is applied once (``apply_patches`` remembers it)."""
     import importlib.util
 
     from afd_plugin import envs

@@ -199,8 +199,5 @@ def family_of(architecture: str) -> ModelFamily | None:
 def role_model_target(architecture: str, role: str) -> str | None:
     """``module:Class`` of ``role``'s model for ``architecture`` in this build."""
     family = _BY_ARCH.get(architecture)
-    if family is None or not family.in_build(architecture):
-        return None
-    models = family.models_for(architecture)
-    assert models is not None
-    return models.target(role)
+    models = family.models_for(architecture) if family is not None else None
+    return models.target(role) if models is not None else None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from vllm.config import CacheConfig
+from vllm.config import CacheConfig, VllmConfig
 
 from afd_plugin.patches.config_validation import _no_cache_on_ffn
 
@@ -26,9 +26,13 @@ def ffn_config(cache: CacheConfig) -> SimpleNamespace:
 
 
 def vllm_refuses(cache: CacheConfig) -> bool:
-    """VllmConfig.validate_mamba_block_size's rule (vLLM 0.32.0)."""
-    size_set = cache.mamba_block_size not in (None, MAX_MODEL_LEN)
-    return size_set and not cache.enable_prefix_caching
+    """Whether vLLM's own check (VllmConfig.validate_mamba_block_size)
+    refuses these settings."""
+    try:
+        VllmConfig.validate_mamba_block_size(ffn_config(cache))  # type: ignore[arg-type]
+    except ValueError:
+        return True
+    return False
 
 
 def test_a_hybrid_models_ffn_role_drops_the_mamba_prefix_settings() -> None:
@@ -36,6 +40,9 @@ def test_a_hybrid_models_ffn_role_drops_the_mamba_prefix_settings() -> None:
     cache = CacheConfig(block_size=256, enable_prefix_caching=True)
     cache.mamba_cache_mode = "align"
     cache.mamba_block_size = 256
+    cache.enable_prefix_caching = False
+    assert vllm_refuses(cache)  # prefix caching off alone is not enough
+    cache.enable_prefix_caching = True
     _no_cache_on_ffn(ffn_config(cache))
     assert cache.enable_prefix_caching is False
     assert (cache.mamba_cache_mode, cache.mamba_block_size) == ("none", MAX_MODEL_LEN)

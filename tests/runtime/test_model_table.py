@@ -36,6 +36,5 @@ def test_role_classes_extend_vllms_model_of_the_architecture(arch: str) -> None:
         c for c in attention.__mro__ if c.__module__ == vllm_class.__module__
     )
     assert issubclass(vllm_class, vllm_base), (vllm_class, vllm_base)
-    assert vllm_base.__name__ == arch or vllm_base in vllm_class.__mro__
     assert issubclass(attention, AFDRoleModel)
     assert issubclass(ffn, FFNRoleModel)

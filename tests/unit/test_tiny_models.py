@@ -10,14 +10,20 @@ from __future__ import annotations
 
 import pytest
 
-from afd_e2e.scenario import TINY_ARCHITECTURES, TinyModel
-from afd_e2e.tiny_model import ARCH_CONFIGS, ARCHS, build_spec, spec_hash
+from afd_e2e.scenario import TinyModel
+from afd_e2e.tiny_model import (
+    ARCH_CONFIGS,
+    ARCHITECTURES,
+    ARCHS,
+    build_spec,
+    spec_hash,
+)
 from afd_plugin.model_support import BUILT_ARCHITECTURES, family_of
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_every_tiny_model_is_split_by_this_build(arch: str) -> None:
-    architecture = TINY_ARCHITECTURES[arch]
+    architecture = ARCHITECTURES[arch]
     assert architecture in BUILT_ARCHITECTURES
     family = family_of(architecture)
     assert family is not None and "cpu" in family.platforms
@@ -26,7 +32,7 @@ def test_every_tiny_model_is_split_by_this_build(arch: str) -> None:
 
 def test_every_split_family_has_a_tiny_model() -> None:
     families = {family_of(a).family for a in BUILT_ARCHITECTURES}  # type: ignore[union-attr]
-    tiny = {family_of(a).family for a in TINY_ARCHITECTURES.values()}  # type: ignore[union-attr]
+    tiny = {family_of(a).family for a in ARCHITECTURES.values()}  # type: ignore[union-attr]
     assert families == tiny
 
 

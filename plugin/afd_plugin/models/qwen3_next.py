@@ -67,20 +67,26 @@ def _remote_blocks() -> Iterator[None]:
 
 
 class _HybridAttentionModel(AFDRoleModel):
-    """What the attention models of the three classes share."""
+    """vLLM's model of one of the three classes (the next base in the MRO),
+    built with every MoE/MLP block as a stand-in."""
 
-    afd_spec: Any
-
-    def _afd_finish(self, vllm_config: VllmConfig, layers: Iterable[nn.Module]) -> None:
-        self.afd = self.bound_afd_config()
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = "") -> None:
+        afd = self.bound_afd_config()
+        with _remote_blocks():
+            super().__init__(vllm_config=vllm_config, prefix=prefix)  # type: ignore[call-arg]
+        self.afd = afd
         self.moe_layers = []
-        blocks = [layer.mlp for layer in layers]
+        # The multimodal class keeps its text model as ``language_model``.
+        text_model = getattr(self, "language_model", self)
         self.afd_spec = exchange_spec(
             vllm_config,
             self.afd,
             vllm_config.model_config.hf_text_config.hidden_size,
             None,
-            (LayerExchange(b.layer_index, b.kind, 0) for b in blocks),
+            (
+                LayerExchange(layer.mlp.layer_index, layer.mlp.kind, 0)
+                for layer in text_model.model.layers
+            ),
         )
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
@@ -92,21 +98,9 @@ class Qwen3NextAttentionModel(_HybridAttentionModel, qn.Qwen3NextForCausalLM):
     """Attention role of Qwen3-Next: embeddings, DeltaNet and gated
     attention layers with their state, norms, LM head."""
 
-    def __init__(self, *, vllm_config: VllmConfig, prefix: str = "") -> None:
-        self.bound_afd_config()
-        with _remote_blocks():
-            super().__init__(vllm_config=vllm_config, prefix=prefix)
-        self._afd_finish(vllm_config, self.model.layers)
-
 
 class Qwen3_5MoeAttentionModel(_HybridAttentionModel, q35.Qwen3_5MoeForCausalLM):
     """Attention role of Qwen3.5/3.6 MoE (text-only checkpoints)."""
-
-    def __init__(self, *, vllm_config: VllmConfig, prefix: str = "") -> None:
-        self.bound_afd_config()
-        with _remote_blocks():
-            super().__init__(vllm_config=vllm_config, prefix=prefix)
-        self._afd_finish(vllm_config, self.model.layers)
 
 
 class Qwen3_5MoeVLAttentionModel(
@@ -115,12 +109,6 @@ class Qwen3_5MoeVLAttentionModel(
     """Attention role of Qwen3.5/3.6 MoE multimodal checkpoints, served
     text-only (``--language-model-only``): vLLM's class, whose vision tower
     vLLM itself leaves unbuilt then, around the split language model."""
-
-    def __init__(self, *, vllm_config: VllmConfig, prefix: str = "model") -> None:
-        self.bound_afd_config()
-        with _remote_blocks():
-            super().__init__(vllm_config=vllm_config, prefix=prefix)
-        self._afd_finish(vllm_config, self.language_model.model.layers)
 
 
 class _HybridBlocks(FFNBlocks):
