@@ -43,17 +43,27 @@ def cpu_share(cpus: int, ranks: int) -> int:
     return max(1, cpus // ranks)
 
 
-def cpu_threads(scenario: Scenario, role: str, cpus: int) -> int:
+def cpu_threads(
+    scenario: Scenario, role: str, cpus: int, *, competitor: bool = False
+) -> int:
     """Compute threads of one CPU server: the host's CPUs shared evenly by
     the AFD ranks on it (attention and FFN ranks, one engine process each),
-    at least one; the colocated baseline gets the same total. Measured: two
-    roles of two threads each on two cores wait on each other's spinning
-    OpenMP threads at every exchange (AFD_STEP_TIMING: 6.9 -> 5.0 ms per
-    step with one thread per role)."""
+    at least one. Measured: two roles of two threads each on two cores wait
+    on each other's spinning OpenMP threads at every exchange
+    (AFD_STEP_TIMING: 6.9 -> 5.0 ms per step with one thread per role).
+
+    The colocated baseline as the reference of the checks runs each of its
+    ranks with an attention rank's threads: vLLM's CPU attention splits a
+    decode's KV cache among its OpenMP threads once the context spans more
+    than one block, so its sums round by the thread count (measured on a
+    tiny bf16 Qwen3-Next: decode logprobs after a 298-token prompt differ by
+    up to 0.016 between one and two threads, enough to flip greedy tokens,
+    and are identical to AFD's at equal threads). As the ``competitor`` of
+    ``afd-e2e bench`` it gets the AFD ranks' total instead."""
     ffn = scenario.topology.ffn
     afd_ranks = scenario.topology.attention.ranks + (ffn.ranks if ffn else 0)
     per_rank = cpu_share(cpus, afd_ranks)
-    if role == "baseline":
+    if role == "baseline" and competitor:
         total = min(cpus, per_rank * afd_ranks)
         return cpu_share(total, baseline_topology(scenario).ranks)
     return per_rank
@@ -304,6 +314,7 @@ def _env(
     slot: ServerSlot,
     run_id: str,
     cpus: int,
+    competitor: bool,
 ) -> dict[str, str]:
     # A colocated server loads only the plugin's environment fixes (what any
     # vLLM process of this environment needs, afd_plugin.patches), so it is
@@ -317,7 +328,7 @@ def _env(
     if device_env:
         env[device_env] = ",".join(str(d) for d in slot.devices)
     if scenario.backend == "cpu" and scenario.afd:
-        env[THREADS_ENV] = str(cpu_threads(scenario, role, cpus))
+        env[THREADS_ENV] = str(cpu_threads(scenario, role, cpus, competitor=competitor))
     env.update(node_env(scenario, slot.node))
     env.update(scenario.roles.common.env)
     if role in ("attention", "ffn"):
@@ -342,7 +353,9 @@ def build_plan(
     """The full plan; AFD configs are checked by the plugin's parser here, so an
     invalid scenario never starts a process. ``cpus``: the host's CPUs shared
     by CPU servers (default: this process's). ``nodes``: the address of each
-    logical node of the placement (default: all on loopback)."""
+    logical node of the placement (default: all on loopback). ``baseline``:
+    a colocated baseline as a benchmark's competitor (the AFD ranks' CPU
+    total), whether or not the checks want one as their reference."""
     cpus = host_cpus() if cpus is None else cpus
     nodes = loopback_nodes(scenario) if nodes is None else dict(nodes)
     missing = [n for n in scenario.nodes if n not in nodes]
@@ -418,7 +431,7 @@ def build_plan(
             argv += scenario.roles.common.args
             if role in ("attention", "ffn"):
                 argv += getattr(scenario.roles, role).args
-            env = _env(scenario, role, slot, run_id, cpus)
+            env = _env(scenario, role, slot, run_id, cpus, competitor=baseline)
             if secret is not None and role != "baseline":
                 env[SECRET_ENV] = secret
             plan.roles.append(

@@ -191,7 +191,7 @@ def test_the_cpu_baseline_of_an_attention_dp_scenario_runs_one_dp_rank(
         ("cpu-eager-2a1f", 6, {"baseline": "6", "ffn": "2", "attention": "2"}),
     ],
 )
-def test_cpu_roles_share_the_host_cpus(
+def test_a_bench_baseline_gets_the_afd_ranks_cpus(
     scenario_id: str, cpus: int, expected: dict[str, str], tmp_path: Path
 ) -> None:
     plan = build_plan(
@@ -204,6 +204,32 @@ def test_cpu_roles_share_the_host_cpus(
     )
     threads = {r.role: r.env["OMP_NUM_THREADS"] for r in plan.roles}
     assert threads == expected
+
+
+@pytest.mark.parametrize(
+    ("scenario_id", "cpus", "threads"),
+    [
+        ("cpu-eager-1a1f", 2, "1"),
+        ("cpu-eager-1a1f", 8, "4"),
+        ("cpu-eager-2a1f", 6, "2"),
+        ("cpu-eager-1a1f-qwen3-next", 2, "1"),
+    ],
+)
+def test_the_checks_reference_runs_an_attention_ranks_threads(
+    scenario_id: str, cpus: int, threads: str, tmp_path: Path
+) -> None:
+    # vLLM's CPU attention rounds a long decode by its thread count: the
+    # reference of the parity and GSM8K-agreement checks must match the
+    # attention rank, not the AFD deployment's CPU total.
+    plan = build_plan(
+        scenario_id,
+        CATALOGUE.get(scenario_id),
+        model_root=tmp_path,
+        run_dir=tmp_path / "run",
+        cpus=cpus,
+    )
+    got = {r.role: r.env["OMP_NUM_THREADS"] for r in plan.roles}
+    assert got == {"baseline": threads, "ffn": threads, "attention": threads}
 
 
 def test_a_scenario_that_sets_the_threads_keeps_them(tmp_path: Path) -> None:
