@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The harness's one client for vLLM's completions API: greedy token ids of
-one request, straight to the server (no proxy) and never retried.
+one request, any request body's answer, and a stream a client may hang up
+on; straight to the server (no proxy) and never retried.
 
 Failures surface as they come: ``OSError`` (urllib's HTTP and URL errors
 included) for the transport, ``ValueError`` for an answer of the wrong shape;
@@ -11,7 +12,9 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -33,14 +36,7 @@ def greedy_token_ids(
         "return_token_ids": True,
         "ignore_eos": True,
     }
-    request = urllib.request.Request(
-        base_url.rstrip("/") + "/v1/completions",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    with _OPENER.open(request, timeout=timeout_s) as response:
-        answer = json.loads(response.read())
+    answer = post_completion(base_url, body, timeout_s)
     choices = sorted(answer.get("choices", []), key=lambda c: c.get("index", 0))
     if len(choices) != len(prompts):
         raise ValueError(f"{len(choices)} choices for {len(prompts)} prompt(s)")
@@ -48,3 +44,61 @@ def greedy_token_ids(
     if not all(isinstance(i, list) for i in ids):
         raise ValueError("no token_ids in the answer (return_token_ids)")
     return [[int(t) for t in i] for i in ids]
+
+
+def _request(base_url: str, body: Mapping[str, Any]) -> urllib.request.Request:
+    return urllib.request.Request(
+        base_url.rstrip("/") + "/v1/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+
+
+def post_completion(
+    base_url: str, body: Mapping[str, Any], timeout_s: float
+) -> dict[str, Any]:
+    """The server's JSON answer to one completions request, as it came."""
+    with _OPENER.open(_request(base_url, body), timeout=timeout_s) as response:
+        return json.loads(response.read())
+
+
+@dataclass(frozen=True)
+class StreamOutcome:
+    """What one streaming client saw."""
+
+    text: str
+    chunks: int
+    """Chunks with text received before the end or the hang-up."""
+    finish_reason: str | None
+    """The server's, or None when the client hung up first."""
+
+
+def stream_completion(
+    base_url: str,
+    body: Mapping[str, Any],
+    timeout_s: float,
+    hang_up_after: int | None = None,
+) -> StreamOutcome:
+    """Stream one completion (``stream: true`` is set here); with
+    ``hang_up_after`` the client closes its connection after that many text
+    chunks, as a client that goes away mid-generation does."""
+    text: list[str] = []
+    finish: str | None = None
+    request = _request(base_url, {**body, "stream": True})
+    with _OPENER.open(request, timeout=timeout_s) as response:
+        for raw in response:
+            line = raw.decode().strip()
+            if not line.startswith("data:"):
+                continue
+            data = line[len("data:") :].strip()
+            if data == "[DONE]":
+                break
+            choice = json.loads(data)["choices"][0]
+            if choice.get("text"):
+                text.append(choice["text"])
+            finish = choice.get("finish_reason") or finish
+            if hang_up_after is not None and len(text) >= hang_up_after:
+                finish = None
+                break
+    return StreamOutcome("".join(text), len(text), finish)

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Generated documentation tables and the markers that delimit them.
 
-Each table is derived from code (connector registry, model support, config
-schema) or from scenarios; ``afd-e2e docs`` writes or checks them.
+Each table is derived from code (connector registry, model support, serving
+features, config schema) or from scenarios; ``afd-e2e docs`` writes or checks
+them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from afd_plugin.connectors.registry import AFDConnectorFactory
 from afd_plugin.envs import ENV_VARS
 from afd_plugin.graph_policy import allowed_graph_modes
 from afd_plugin.model_support import MODEL_FAMILIES
+from afd_plugin.serving_features import SERVING_FEATURES
 from afd_plugin.validation import runner_not_in_build
 
 # Platforms whose runtime this repository's own CI runs end to end
@@ -137,6 +139,25 @@ def model_table() -> str:
     )
 
 
+def feature_table() -> str:
+    rows = []
+    for feature in SERVING_FEATURES:
+        if feature.works:
+            note = f"; {feature.reason}" if feature.reason else ""
+            said = f"`{feature.evidence}`{note}"
+        else:
+            said = feature.reason
+        rows.append(
+            [
+                feature.name,
+                _code(feature.flags) or "(none)",
+                "works: parity-tested in CI" if feature.works else "refused at start",
+                said,
+            ]
+        )
+    return _table(["Feature", "Flags", "Under AFD", "Evidence or reason"], rows)
+
+
 def _type_name(annotation: object) -> str:
     if get_origin(annotation) is Literal:
         return " | ".join(f"`{a}`" for a in get_args(annotation))
@@ -204,6 +225,7 @@ def core_blocks() -> list[Generated]:
         Generated("README.md", "config", config_table),
         Generated("README.md", "connectors", connector_table),
         Generated("README.md", "models", model_table),
+        Generated("README.md", "features", feature_table),
         Generated("README.md", "envs", env_table),
     ]
 

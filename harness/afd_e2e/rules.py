@@ -4,8 +4,16 @@ of AFD-I12 (PR size and shape, DBO floors, the marker-scan allowlist)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from afd_e2e import policy
-from afd_e2e.deployment import ROLES, afd_config, deployment
+from afd_e2e.deployment import (
+    FEATURE_FLAGS,
+    ROLES,
+    afd_config,
+    deployment,
+    flag_location,
+)
 from afd_e2e.placement import placement_errors
 from afd_e2e.scenario import LoadedScenario, Scenario
 from afd_e2e.yamlpos import Located
@@ -28,9 +36,12 @@ _PLUGIN_TO_SCENARIO = {
 }
 
 
-def _scenario_path(plugin_path: str, role: str) -> tuple[str, ...]:
+def _scenario_path(plugin_path: str, s: Scenario, role: str) -> tuple[Any, ...]:
     if plugin_path in _PLUGIN_TO_SCENARIO:
         return _PLUGIN_TO_SCENARIO[plugin_path]
+    field = plugin_path.removeprefix("deployment.")
+    if field in FEATURE_FLAGS:
+        return flag_location(s, role, field)
     if plugin_path.startswith("additional_config.afd.connector_extra_config"):
         rest = plugin_path.split("connector_extra_config", 1)[1].lstrip(".")
         return ("connector", "extra", *([rest] if rest else []))
@@ -88,7 +99,7 @@ def plugin_errors(loaded: LoadedScenario, s: Scenario) -> list[Located]:
         message = f"[{role} role] {problem.message} (plugin: {problem.path})"
         if problem.not_in_build:
             message += "; set awaits: <what is missing> until it lands"
-        out.append(loaded.error(_scenario_path(problem.path, role), message))
+        out.append(loaded.error(_scenario_path(problem.path, s, role), message))
     return out
 
 

@@ -5,14 +5,21 @@ ProcessManager (start, health wait, strict teardown) and no-retry clients."""
 from __future__ import annotations
 
 import json
+import re
 import secrets
+import urllib.request
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from afd_e2e.completions import greedy_token_ids
+from afd_e2e.completions import (
+    StreamOutcome,
+    greedy_token_ids,
+    post_completion,
+    stream_completion,
+)
 from afd_e2e.launch import HOST, free_port, server_argv
 from afd_e2e.procs import ProcessManager, ProcessSpec, RoleProcess, tail_lines
 from afd_e2e.readiness import health_probe
@@ -182,6 +189,53 @@ class VllmServer:
         any run (a multi-prompt request is batched as its prompts arrive, and
         kernels may round differently for other batch shapes)."""
         return [self.complete([p], max_tokens)[0] for p in prompts]
+
+    def request(
+        self, body: Mapping[str, Any], timeout_s: float = REQUEST_TIMEOUT_S
+    ) -> dict[str, Any]:
+        """The answer to one completions request of any shape (this server's
+        model filled in), never retried."""
+        try:
+            return post_completion(
+                self.base_url, {"model": self.model, **body}, timeout_s
+            )
+        except OSError as exc:
+            exc.add_note(f"{self.name}: completion failed\n{self.log_tail(20)}")
+            raise
+
+    def stream(
+        self,
+        body: Mapping[str, Any],
+        hang_up_after: int | None = None,
+        timeout_s: float = REQUEST_TIMEOUT_S,
+    ) -> StreamOutcome:
+        """One streamed completion; see :func:`stream_completion`."""
+        return stream_completion(
+            self.base_url, {"model": self.model, **body}, timeout_s, hang_up_after
+        )
+
+    def metrics(self) -> str:
+        """This server's Prometheus text (vLLM's ``/metrics``)."""
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
+            self.url("/metrics"), timeout=REQUEST_TIMEOUT_S
+        ) as response:
+            return response.read().decode()
+
+    def counter(self, name: str, **labels: str) -> float:
+        """Sum of one of vLLM's Prometheus counters over the series whose
+        labels include ``labels``; a counter the server does not export is an
+        error."""
+        series = re.compile(rf"^{re.escape(name)}(?:{{([^}}]*)}})? (\S+)$", re.M)
+        found = False
+        total = 0.0
+        for label_text, value in series.findall(self.metrics()):
+            found = True
+            have = dict(re.findall(r'(\w+)="([^"]*)"', label_text))
+            if all(have.get(k) == v for k, v in labels.items()):
+                total += float(value)
+        if not found:
+            raise KeyError(f"{name} is not in {self.name}'s /metrics")
+        return total
 
     # -- log
 

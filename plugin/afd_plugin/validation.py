@@ -3,8 +3,8 @@
 
 ``validate_deployment`` enforces AFD-I7 (gate placement by connector x runner x
 model), AFD-I8 (model runner V2 pairing), graph modes per platform, DBO, the
-rank rules, and that this build holds the connector, the role workers and the
-role-split model. Pure: no torch, no vLLM.
+rank rules, the serving features AFD refuses, and that this build holds the
+connector, the role workers and the role-split model. Pure: no torch, no vLLM.
 """
 
 from __future__ import annotations
@@ -20,6 +20,13 @@ from afd_plugin.model_support import (
     BUILT_ARCHITECTURES,
     SUPPORTED_ARCHITECTURES,
     family_of,
+)
+from afd_plugin.serving_features import (
+    DRAFT_SPECULATION,
+    LORA,
+    POOLING,
+    SPECULATIVE_METHODS_ALLOWED,
+    ServingFeature,
 )
 from afd_plugin.worker_selection import (
     AUTO_WORKERS,
@@ -54,6 +61,16 @@ class Deployment:
     enable_dbo: bool = False
     num_ubatches: int = 2
     """Micro-batches per DBO step (vLLM's ``--ubatch-size``); only used with DBO."""
+    lora: bool = False
+    """LoRA adapters are on (``--enable-lora``)."""
+    speculative_method: str | None = None
+    """vLLM's speculative method, as its ``SpeculativeConfig`` normalises it
+    (``--speculative-config``); None without speculative decoding."""
+    runner_type: str = "generate"
+    """vLLM's resolved runner (``--runner``): generate, pooling or draft."""
+    convert_type: str = "none"
+    """vLLM's resolved model conversion (``--convert``): none, embed or
+    classify."""
 
     @property
     def role_size(self) -> int:
@@ -299,6 +316,35 @@ def _check_dbo(
         )
 
 
+def _refuse(
+    errors: list[FieldError],
+    field: str,
+    flag: str,
+    feature: ServingFeature,
+    tail: str = "",
+) -> None:
+    message = f"{flag} is refused under AFD: {feature.reason}{tail}"
+    _e(errors, f"{DEP}.{field}", message)
+
+
+def _check_serving_features(dep: Deployment, errors: list[FieldError]) -> None:
+    """The serving features the table marks refused, each naming its flag."""
+    if dep.lora:
+        _refuse(errors, "lora", "--enable-lora", LORA)
+    method = dep.speculative_method
+    if method is not None and method not in SPECULATIVE_METHODS_ALLOWED:
+        allowed = ", ".join(repr(m) for m in SPECULATIVE_METHODS_ALLOWED)
+        flag = f"--speculative-config method {method!r}"
+        tail = f"; allowed methods: {allowed}"
+        _refuse(errors, "speculative_method", flag, DRAFT_SPECULATION, tail)
+    convert = f"--convert {dep.convert_type}"
+    if dep.runner_type == "pooling":
+        also = f" ({convert})" if dep.convert_type != "none" else ""
+        _refuse(errors, "runner_type", f"--runner pooling{also}", POOLING)
+    elif dep.convert_type != "none":
+        _refuse(errors, "convert_type", convert, POOLING)
+
+
 def _check_worker(cfg: AFDConfig, dep: Deployment, errors: list[FieldError]) -> None:
     path = AUTO_WORKERS[(dep.platform, cfg.role)]
     if not worker_in_build(path):
@@ -353,6 +399,7 @@ def check_deployment(cfg: AFDConfig, dep: Deployment) -> list[FieldError]:
     if dep.model_runner == "v2":
         _check_v2(cfg, dep, errors)
     _check_dbo(has_cp, cfg, dep, errors)
+    _check_serving_features(dep, errors)
     message = validate_cuda_graph_mode(
         dep.graph_mode, dep.platform, dep.model_runner, has_cp
     )

@@ -62,6 +62,7 @@ def deployment_of(
     model_config = vllm_config.model_config
     architectures = getattr(model_config.hf_config, "architectures", None) or [""]
     dbo = parallel.enable_dbo if enable_dbo is None else enable_dbo
+    speculative = vllm_config.speculative_config
     return Deployment(
         platform=platform,  # type: ignore[arg-type]
         architecture=architectures[0],
@@ -76,6 +77,10 @@ def deployment_of(
         enable_eplb=parallel.enable_eplb,
         enable_dbo=dbo,
         num_ubatches=parallel.ubatch_size if parallel.ubatch_size > 1 else 2,
+        lora=vllm_config.lora_config is not None,
+        speculative_method=speculative.method if speculative is not None else None,
+        runner_type=model_config.runner_type,
+        convert_type=model_config.convert_type,
     )
 
 

@@ -9,14 +9,12 @@ checkpoint, with the same tokens and the same counts in vLLM's own metrics.
 
 from __future__ import annotations
 
-import re
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from afd_e2e.checks.parity import PROMPTS
-from afd_e2e.servers import VllmServer, VllmServers
+from afd_e2e.servers import VllmServers
 from afd_e2e.tiny_model import corpus_lines
 
 pytestmark = pytest.mark.e2e
@@ -52,17 +50,6 @@ HYBRID_ARGS = [
     "--max-model-len",
     "768",
 ]
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def counter(server: VllmServer, name: str) -> float:
-    """Sum of a vLLM Prometheus counter over its labels."""
-    with _OPENER.open(server.url("/metrics"), timeout=30) as response:
-        text = response.read().decode()
-    pattern = re.compile(rf"^{re.escape(name)}(?:{{[^}}]*}})? ([0-9.e+]+)$", re.M)
-    values = [float(v) for v in pattern.findall(text)]
-    assert values, f"{name} is not in {server.name}'s /metrics"
-    return sum(values)
 
 
 def test_hybrid_state_features_match_colocated(
@@ -80,7 +67,7 @@ def test_hybrid_state_features_match_colocated(
     colocated_each = baseline.complete_each(prompts, GENERATED)
     assert afd_each == colocated_each
     hits = "vllm:prefix_cache_hits_total"
-    afd_hits, colocated_hits = counter(attention, hits), counter(baseline, hits)
+    afd_hits, colocated_hits = attention.counter(hits), baseline.counter(hits)
     print(f"prefix cache hits: AFD {afd_hits}, colocated {colocated_hits}")
     assert afd_hits > 0 and afd_hits == colocated_hits
 
@@ -90,8 +77,8 @@ def test_hybrid_state_features_match_colocated(
     colocated_batched = baseline.complete(prompts, GENERATED)
     preemptions = "vllm:num_preemptions_total"
     afd_pre, colocated_pre = (
-        counter(attention, preemptions),
-        counter(baseline, preemptions),
+        attention.counter(preemptions),
+        baseline.counter(preemptions),
     )
     print(f"preemptions: AFD {afd_pre}, colocated {colocated_pre}")
     assert afd_batched == colocated_batched

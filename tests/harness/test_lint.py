@@ -267,6 +267,23 @@ def test_qwen3_5_with_the_gate_on_attention_is_refused(
     ) in out
 
 
+def test_a_refused_serving_feature_in_role_args_fails_validate(
+    repo: Path, capsys
+) -> None:
+    """The serving features AFD refuses are refused from the scenario's args,
+    before anything starts, at the arg that turns them on."""
+    path = repo / "scenarios/cpu/cpu-eager-1a1f.yaml"
+    edit(path, "CPU_MLA]", "CPU_MLA, --enable-lora]")
+    code = main(["validate", "--root", str(repo), str(path)])
+    out = capsys.readouterr().err
+    at = pos(path, "--enable-lora", "--enable-lora")
+    assert code == 1
+    assert (
+        f"cpu-eager-1a1f.yaml:{at}: roles.common.args[9]: [attention role] "
+        "--enable-lora is refused under AFD: adapters patch"
+    ) in out
+
+
 def test_a_model_this_build_cannot_split_fails_lint(repo: Path, capsys) -> None:
     """DeepSeek-V3.2 is in the DeepSeek family but has no role-split model in
     this build: the scenario would pass lint and die at model load."""

@@ -65,7 +65,7 @@ WITH_NIGHTLY = {
 }
 NO_NIGHTLY = {k: v for k, v in WITH_NIGHTLY.items() if v[1] != "nightly"}
 DOCS = {
-    "README.md": ("config", "connectors", "models", "envs"),
+    "README.md": ("config", "connectors", "models", "features", "envs"),
     "docs/design/e2e_testing.md": ("scenarios",),
     "tests/e2e/README.md": ("scenarios",),
 }

@@ -23,6 +23,7 @@ PURE_MODULES = [
     "afd_plugin.envs",
     "afd_plugin.version",
     "afd_plugin.model_support",
+    "afd_plugin.serving_features",
     "afd_plugin.evidence",
     "afd_plugin.worker_selection",
     "afd_plugin.patches",

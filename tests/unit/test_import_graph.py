@@ -37,6 +37,7 @@ CORE = {
     "afd_plugin.errors",
     "afd_plugin.evidence",
     "afd_plugin.model_support",
+    "afd_plugin.serving_features",
     "afd_plugin.step_kind",
     "afd_plugin.step_protocol",
     "afd_plugin.step_timing",

@@ -39,9 +39,11 @@ def this_role_rank(vllm_config: VllmConfig) -> int:
 
 class AFDRoleRunnerMixin:
     """Mixed in before a platform's vLLM model runner by both roles' runner
-    mixins: takes the connector (and with it the typed AFD config), and
-    refuses what no AFD role runner supports on any platform, LoRA and
-    speculative decoding (the layers are split across servers)."""
+    mixins: takes the connector (and with it the typed AFD config). What no
+    AFD role runner supports (LoRA, speculative decoding other than n-gram,
+    pooling runners) never gets here: the deployment validator refuses it on
+    both roles, naming the flag, before any model loads
+    (``afd_plugin.serving_features``)."""
 
     afd_role: str
     """``attention`` or ``ffn``, set by each role's runner mixin."""
@@ -51,12 +53,6 @@ class AFDRoleRunnerMixin:
         self, vllm_config: VllmConfig, device: torch.device, connector: AFDConnector
     ) -> None:
         super().__init__(vllm_config, device)  # type: ignore[call-arg]
-        if self.lora_config:  # type: ignore[attr-defined]
-            raise ValueError(f"AFD {self.afd_role} role: LoRA is not supported")
-        if self.speculative_config is not None:  # type: ignore[attr-defined]
-            raise ValueError(
-                f"AFD {self.afd_role} role: speculative decoding is not supported"
-            )
         self.afd_connector = connector
 
     @property
