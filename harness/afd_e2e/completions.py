@@ -10,7 +10,9 @@ callers word them for their own users.
 
 from __future__ import annotations
 
+import http.client
 import json
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -82,16 +84,29 @@ def stream_completion(
 ) -> StreamOutcome:
     """Stream one completion (``stream: true`` is set here); with
     ``hang_up_after`` the client closes its connection after that many text
-    chunks, as a client that goes away mid-generation does."""
+    chunks, as a client that goes away mid-generation does (its own
+    connection, closed at once, so the server sees the hang-up)."""
+    url = urllib.parse.urlsplit(base_url)
+    connection = http.client.HTTPConnection(
+        url.hostname or "127.0.0.1", url.port, timeout=timeout_s
+    )
     text: list[str] = []
     finish: str | None = None
-    request = _request(base_url, {**body, "stream": True})
-    with _OPENER.open(request, timeout=timeout_s) as response:
-        for raw in response:
-            line = raw.decode().strip()
-            if not line.startswith("data:"):
+    try:
+        connection.request(
+            "POST",
+            url.path.rstrip("/") + "/v1/completions",
+            body=json.dumps({**body, "stream": True}),
+            headers={"Content-Type": "application/json"},
+        )
+        response = connection.getresponse()
+        if response.status != 200:
+            raise OSError(f"HTTP {response.status}: {response.read()[:500]!r}")
+        while line := response.readline():
+            data = line.decode().strip()
+            if not data.startswith("data:"):
                 continue
-            data = line[len("data:") :].strip()
+            data = data[len("data:") :].strip()
             if data == "[DONE]":
                 break
             choice = json.loads(data)["choices"][0]
@@ -101,4 +116,6 @@ def stream_completion(
             if hang_up_after is not None and len(text) >= hang_up_after:
                 finish = None
                 break
+    finally:
+        connection.close()
     return StreamOutcome("".join(text), len(text), finish)

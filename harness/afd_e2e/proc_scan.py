@@ -105,10 +105,16 @@ class Target:
         os.close(self.fd)
 
 
-def wait_exit(targets: Iterable[Target], deadline: float) -> None:
-    """Block until every target exited or the deadline passed."""
+def wait_exit(
+    targets: Iterable[Target],
+    deadline: float,
+    gone_at: dict[tuple[int, float], float] | None = None,
+) -> None:
+    """Block until every target exited or the deadline passed; ``gone_at``
+    gets the monotonic time each target was seen gone (by its key)."""
     poller = select.poll()
-    pending = {t.fd for t in targets}
+    by_fd = {t.fd: t for t in targets}
+    pending = set(by_fd)
     for fd in pending:
         poller.register(fd, select.POLLIN)
     while pending:
@@ -118,6 +124,8 @@ def wait_exit(targets: Iterable[Target], deadline: float) -> None:
         for fd, _ in poller.poll(math.ceil(remaining * 1000)):
             poller.unregister(fd)
             pending.discard(fd)
+            if gone_at is not None:
+                gone_at.setdefault(by_fd[fd].key, time.monotonic())
 
 
 def adopt(

@@ -511,8 +511,9 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
             self._snapshot(scope, targets)
             deadline = began + self.grace_s
             self._terminate(scope, targets.values(), record, groups=True)
+            gone_at: dict[tuple[int, float], float] = {}
             while True:  # late arrivals (forked after the snapshot) get SIGTERM too
-                wait_exit(targets.values(), deadline)
+                wait_exit(targets.values(), deadline, gone_at)
                 fresh = adopt(self._scan(scope, groups=True), targets)
                 if not fresh or time.monotonic() >= deadline:
                     break
@@ -520,6 +521,7 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
             if self.marker_scan and any(t.alive() for t in targets.values()):
                 self._marker_kill(scope, targets, record)
             survivors = [t for t in targets.values() if t.alive()]
+            record.role_exit_s = _role_exit_s(targets.values(), gone_at, began)
             if survivors:
                 record.escalated = [t.record() for t in survivors]
                 self._signal_groups(scope, signal.SIGKILL)
@@ -645,6 +647,22 @@ class _Scope:
         return {p.pid for p in self.procs if p.popen.returncode is None}
 
 
+def _role_exit_s(
+    targets: Iterable[Target], gone_at: dict[tuple[int, float], float], began: float
+) -> dict[str, float]:
+    """``role:rank`` -> seconds from SIGTERM until its last process was gone,
+    for roles whose every process went within the grace."""
+    out: dict[str, float] = {}
+    late: set[str] = set()
+    for target in targets:
+        at = gone_at.get(target.key)
+        if at is None:
+            late.add(target.name)
+        else:
+            out[target.name] = max(out.get(target.name, 0.0), at - began)
+    return {name: round(s, 3) for name, s in out.items() if name not in late}
+
+
 def merge_records(records: Sequence[TeardownRecord]) -> TeardownRecord:
     """One record of several teardowns of the same manager, in order."""
     last = records[-1]
@@ -657,4 +675,5 @@ def merge_records(records: Sequence[TeardownRecord]) -> TeardownRecord:
         out.leaks += [p for p in record.leaks if p not in out.leaks]
         out.errors += record.errors
         out.exit_codes.update(record.exit_codes)
+        out.role_exit_s.update(record.role_exit_s)
     return out

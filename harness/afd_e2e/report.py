@@ -258,6 +258,11 @@ def summary_table(report: RunReport) -> str:
         )
         if record.marker_killed:
             detail += f"; {len(record.marker_killed)} FFN SIGKILLed by marker scan"
+        if record.ok and record.role_exit_s:
+            slowest = max(record.role_exit_s.items(), key=lambda kv: kv[1])
+            detail += f"; slowest {slowest[0]} {slowest[1]:.1f}s"
+            if record.budget_s is not None:
+                detail += f" (budget {record.budget_s:g}s)"
         rows.append(
             (
                 "teardown",

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from afd_e2e.checks.cancel_recover import run_cancel_recover
 from afd_e2e.checks.evidence import check_dual_ubatch, mark_logs
 from afd_e2e.checks.parity import PROMPTS, ParityError, compare, greedy_tokens
 from afd_e2e.engines.base import Engine, Servers, server_probe
@@ -144,6 +145,29 @@ def _gsm8k(plan: LaunchPlan, scenario: Scenario, procs: Servers) -> list[CheckRe
     return checks
 
 
+def _cancel_recover(plan: LaunchPlan, scenario: Scenario) -> CheckResult:
+    spec = scenario.checks.cancel_recover
+    assert spec is not None
+    baseline = plan.role("baseline")
+    start = time.monotonic()
+    outcome = run_cancel_recover(
+        plan.api.base_url,
+        plan.served_name,
+        streams=spec.streams,
+        hang_up_after=spec.hang_up_after,
+        max_tokens=spec.max_tokens,
+        reference_url=baseline.base_url if baseline is not None else None,
+        timeout_s=scenario.timeouts.checks_s,
+    )
+    return CheckResult(
+        "cancel_recover",
+        outcome.passed,
+        outcome.message,
+        outcome.figures,
+        time.monotonic() - start,
+    )
+
+
 def _mark_afd_logs(plan: LaunchPlan) -> dict[Path, int]:
     """Byte offsets of the AFD roles' logs now; the baseline's is not evidence."""
     return mark_logs(
@@ -200,6 +224,9 @@ def execute(
                 procs.check_alive("the parity check")
             if scenario.checks.gsm8k is not None:
                 report.checks += _gsm8k(plan, scenario, procs)
+            if scenario.checks.cancel_recover is not None:
+                report.checks.append(_cancel_recover(plan, scenario))
+                procs.check_alive("the cancel-and-recover check")
             if marks is not None:
                 report.checks.append(_dual_ubatch(marks))
             timings.checks_s = time.monotonic() - t2
@@ -217,6 +244,7 @@ def execute(
             t3 = time.monotonic()
             report.commands = procs.commands()
             report.teardown = procs.stop()
+            report.teardown.budget_s = scenario.teardown.budget_s
             timings.teardown_s = time.monotonic() - t3
         report.interrupted_by = report.interrupted_by or guard.signame
     write_results_json(report, plan.run_dir / "results.json")

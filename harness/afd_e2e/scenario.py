@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from afd_e2e.tiny_model import ARCHITECTURES, ARCHS
 from afd_e2e.yamlpos import Located, YamlDoc, load_file
@@ -155,6 +155,27 @@ class Gsm8kCheck(_Strict):
     """Upper bound on generated tokens per answer."""
 
 
+class CancelRecoverCheck(_Strict):
+    """Streaming clients hang up mid-generation; the deployment drops them,
+    finishes the rest and answers a fresh batch as before."""
+
+    streams: int = Field(default=16, ge=2)
+    """Concurrent streaming clients; every second one hangs up."""
+    hang_up_after: int = Field(default=3, ge=1)
+    """Text chunks a hanging-up client reads before it closes its connection."""
+    max_tokens: int = Field(default=64, ge=2)
+    """Tokens each stream asks for (the kept ones must get them all)."""
+
+    @model_validator(mode="after")
+    def _hang_up_before_the_end(self) -> CancelRecoverCheck:
+        if self.hang_up_after >= self.max_tokens:
+            raise ValueError(
+                f"hang_up_after ({self.hang_up_after}) must be below max_tokens "
+                f"({self.max_tokens}): a client must leave mid-generation"
+            )
+        return self
+
+
 class Checks(_Strict):
     """What a run must show."""
 
@@ -164,6 +185,8 @@ class Checks(_Strict):
     """GSM8K accuracy gate."""
     dual_ubatch_evidence: bool = False
     """At least one logged step that really ran two micro-batches."""
+    cancel_recover: CancelRecoverCheck | None = None
+    """Half of many streaming clients hang up; the deployment recovers."""
 
 
 class Timeouts(_Strict):
@@ -182,6 +205,10 @@ class Teardown(_Strict):
 
     sigkill: Literal["fail", "marker-scan"] = "fail"
     """``fail``: any SIGKILL fails the run; ``marker-scan``: NPU async-CAM only."""
+    budget_s: float | None = Field(default=None, gt=0)
+    """Most seconds the whole teardown may take, from the first SIGTERM until
+    every process of the run is gone; longer fails the run as a SIGKILL does.
+    Each role's own time is in ``results.json`` either way."""
 
 
 class Ports(_Strict):

@@ -5,9 +5,7 @@ ProcessManager (start, health wait, strict teardown) and no-retry clients."""
 from __future__ import annotations
 
 import json
-import re
 import secrets
-import urllib.request
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -21,6 +19,7 @@ from afd_e2e.completions import (
     stream_completion,
 )
 from afd_e2e.launch import HOST, free_port, server_argv
+from afd_e2e.metrics import metric_sum, scrape
 from afd_e2e.procs import ProcessManager, ProcessSpec, RoleProcess, tail_lines
 from afd_e2e.readiness import health_probe
 from afd_e2e.teardown_record import TeardownRecord
@@ -216,26 +215,15 @@ class VllmServer:
 
     def metrics(self) -> str:
         """This server's Prometheus text (vLLM's ``/metrics``)."""
-        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
-            self.url("/metrics"), timeout=REQUEST_TIMEOUT_S
-        ) as response:
-            return response.read().decode()
+        return scrape(self.base_url, REQUEST_TIMEOUT_S)
 
     def counter(self, name: str, **labels: str) -> float:
-        """Sum of one of vLLM's Prometheus counters over the series whose
-        labels include ``labels``; a counter the server does not export is an
-        error."""
-        series = re.compile(rf"^{re.escape(name)}(?:{{([^}}]*)}})? (\S+)$", re.M)
-        found = False
-        total = 0.0
-        for label_text, value in series.findall(self.metrics()):
-            found = True
-            have = dict(re.findall(r'(\w+)="([^"]*)"', label_text))
-            if all(have.get(k) == v for k, v in labels.items()):
-                total += float(value)
-        if not found:
-            raise KeyError(f"{name} is not in {self.name}'s /metrics")
-        return total
+        """Sum of one of vLLM's counters or gauges over the series whose labels
+        include ``labels``; one the server does not export is an error."""
+        try:
+            return metric_sum(self.metrics(), name, **labels)
+        except KeyError:
+            raise KeyError(f"{name} is not in {self.name}'s /metrics") from None
 
     # -- log
 

@@ -46,10 +46,20 @@ class TeardownRecord:
     errors: list[str] = field(default_factory=list)
     exit_codes: dict[str, int | None] = field(default_factory=dict)
     """``role:rank`` -> exit code (negative: killed by that signal)."""
+    role_exit_s: dict[str, float] = field(default_factory=dict)
+    """``role:rank`` -> seconds from its SIGTERM until its last process was
+    gone (a role that needed SIGKILL has none)."""
+    budget_s: float | None = None
+    """The scenario's teardown budget: a longer teardown fails as a SIGKILL
+    does."""
+
+    @property
+    def over_budget(self) -> bool:
+        return self.budget_s is not None and self.duration_s > self.budget_s
 
     @property
     def ok(self) -> bool:
-        return not (self.escalated or self.leaks or self.errors)
+        return not (self.escalated or self.leaks or self.errors or self.over_budget)
 
     def problems(self) -> list[str]:
         """One line per reason the teardown failed."""
@@ -58,6 +68,13 @@ class TeardownRecord:
             for p in self.escalated
         ]
         lines += [f"leaked: {p.describe()}" for p in self.leaks]
+        if self.over_budget:
+            slowest = sorted(self.role_exit_s.items(), key=lambda kv: -kv[1])[:3]
+            named = ", ".join(f"{name} {s:.1f} s" for name, s in slowest)
+            lines.append(
+                f"teardown took {self.duration_s:.1f} s, over its budget of "
+                f"{self.budget_s:g} s (slowest: {named or 'unknown'})"
+            )
         return lines + self.errors
 
     def to_dict(self) -> dict[str, Any]:

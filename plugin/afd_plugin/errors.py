@@ -95,6 +95,8 @@ def pydantic_message(err: Mapping[str, Any], allowed_fields: Sequence[str] = ())
         return f"must be a list, got {describe(value)}"
     if kind in ("dict_type", "model_type"):
         return f"must be a mapping, got {describe(value)}"
+    if kind == "value_error":  # a model validator's own sentence, whole
+        return str(err.get("ctx", {}).get("error", err["msg"]))
     if kind.startswith(("greater_than", "less_than")):
         return f"{err['msg'].replace('Input should', 'must')}, got {describe(value)}"
     return f"{err['msg']}, got {describe(value)}"

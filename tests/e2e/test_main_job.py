@@ -123,6 +123,19 @@ def test_main_job_passes_parity_and_gsm8k_agreement(
         assert "the steps its control plane announces" in ffn_log
     assert "parity" in stderr and "PASS" in stderr
     assert (tmp_path / "run" / "junit.xml").exists()
+    if scenario == "cpu-eager-2a1f":
+        # Cancel and recover on two attention DP ranks: 8 of 16 streams hung
+        # up, the other 8 got every token, a fresh batch matched colocated.
+        storm = checks["cancel_recover"]
+        assert storm["figures"]["hung_up"] == 8 and storm["figures"]["finished"] == 8
+        assert storm["figures"]["recovered_prompts"] == 4
+        assert storm["figures"]["tokens_not_generated"] > 0  # vLLM dropped them
+        junit = (tmp_path / "run" / "junit.xml").read_text()
+        assert 'name="cancel_recover"' in junit
+        # Each role's time from SIGTERM to gone, inside the scenario's budget.
+        assert teardown["budget_s"] == 20
+        assert set(teardown["role_exit_s"]) >= {"ffn:0", "attention:0"}
+        assert max(teardown["role_exit_s"].values()) <= teardown["duration_s"] <= 20
 
 
 @pytest.mark.parametrize("scenario", ["cpu-dbo-1a1f", "cpu-dbo-1a1f-qwen3.5"])

@@ -147,6 +147,7 @@ def test_cancel_and_recover(pair: Pair) -> None:
         except BaseException as exc:  # noqa: BLE001 - reported below
             outcomes[i] = exc
 
+    generated = attention.counter("vllm:generation_tokens_total")
     threads = [threading.Thread(target=client, args=(i,)) for i in range(16)]
     for t in threads:
         t.start()
@@ -162,6 +163,9 @@ def test_cancel_and_recover(pair: Pair) -> None:
     while attention.counter("vllm:num_requests_running") > 0:
         assert time.monotonic() < deadline, "requests still running"
         time.sleep(0.5)
+    # vLLM dropped the hung-up requests: their tokens were never generated.
+    generated = attention.counter("vllm:generation_tokens_total") - generated
+    assert generated < 16 * 64 - 8 * 32, generated
     # ... and the same servers, still in step, answer a fresh batch as
     # colocated vLLM does.
     prompts = list(PROMPTS[:4])

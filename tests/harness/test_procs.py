@@ -134,6 +134,28 @@ def test_cooperative_roles_serve_and_stop_on_sigterm(run_id: str, tmp_path: Path
     assert "serving on 127.0.0.1:" in log and "POST /v1/completions" in log
 
 
+def test_each_roles_time_from_sigterm_to_gone_is_recorded_and_budgeted(
+    run_id: str, tmp_path: Path
+):
+    ports = {r: tmp_path / f"{r}.port" for r in ("attention", "ffn")}
+    with manager(run_id, tmp_path) as procs:
+        procs.start(fake("attention", "--port-file", str(ports["attention"])))
+        procs.start(
+            fake("ffn", "--stop-delay-s", "1.5", "--port-file", str(ports["ffn"]))
+        )
+        procs.wait_ready({f"{r}:0": served(p) for r, p in ports.items()}, timeout_s=20)
+    record = procs.teardown_record
+    assert record is not None and record.ok, record.problems()
+    assert set(record.role_exit_s) == {"attention:0", "ffn:0"}
+    assert 1.4 <= record.role_exit_s["ffn:0"] <= record.duration_s
+    assert record.role_exit_s["attention:0"] < 1.0
+    # A budget the slow role overran fails the teardown, naming it.
+    record.budget_s = 1.0
+    assert not record.ok
+    (problem,) = record.problems()
+    assert "over its budget of 1 s (slowest: ffn:0 1." in problem
+
+
 def test_role_ignoring_sigterm_fails_teardown_and_is_named(run_id: str, tmp_path: Path):
     procs = manager(run_id, tmp_path, grace_s=0.5)
     ffn_port, port = tmp_path / "f", tmp_path / "a"
@@ -152,6 +174,8 @@ def test_role_ignoring_sigterm_fails_teardown_and_is_named(run_id: str, tmp_path
     )
     assert record.exit_codes["ffn:0"] == -9
     assert record.exit_codes["attention:0"] == -15
+    # Only a role that went by SIGTERM has a time from SIGTERM to gone.
+    assert list(record.role_exit_s) == ["attention:0"]
 
 
 def test_double_forked_grandchild_escaping_the_group_is_found_by_marker(

@@ -203,3 +203,20 @@ def test_summary_table_shows_why_a_run_stopped_early_with_the_log_tail():
         "  | [Errno 98] Address already in use",
     ]
     assert lines[4].split() == ["CHECK", "RESULT", "TIME", "DETAIL"]
+
+
+def test_summary_table_names_the_slowest_role_and_the_budget():
+    record = clean_teardown()
+    record.role_exit_s = {"attention:0": 0.4, "ffn:0": 2.5}
+    record.budget_s = 20.0
+    table = summary_table(report(teardown=record))
+    assert "slowest ffn:0 2.5s (budget 20s)" in table
+    record.budget_s = 1.0
+    record.duration_s = 2.6
+    run = report(teardown=record)
+    assert run.outcome is Outcome.TEARDOWN_FAILED
+    assert "over its budget of 1 s (slowest: ffn:0 2.5 s" in summary_table(run)
+    assert json.loads(json.dumps(run.to_dict()))["teardown"]["role_exit_s"] == {
+        "attention:0": 0.4,
+        "ffn:0": 2.5,
+    }

@@ -173,3 +173,33 @@ def test_validate_one_file_whose_parent_is_not_named(capsys) -> None:
     child = ROOT / "scenarios/cpu/cpu-eager-1a1f-camasync.yaml"
     assert main(["validate", "--root", str(ROOT), str(child)]) == 0
     assert "1 scenario(s) valid" in capsys.readouterr().out
+
+
+def test_cancel_recover_and_teardown_budget_are_checked(tmp_path: Path, capsys) -> None:
+    repo = make_repo(tmp_path / "repo")
+    bad = repo / "scenarios/cpu/cpu-bad.yaml"
+    bad.write_text(
+        "extends: cpu-eager-1a1f\n"
+        "description: one client, no budget\n"
+        "checks:\n"
+        "  cancel_recover: {streams: 1}\n"
+        "teardown: {budget_s: 0}\n"
+    )
+    late = repo / "scenarios/cpu/cpu-late.yaml"
+    late.write_text(
+        "extends: cpu-eager-1a1f\n"
+        "description: a client that never leaves mid-generation\n"
+        "checks:\n"
+        "  cancel_recover: {hang_up_after: 8, max_tokens: 8}\n"
+    )
+    assert main(["validate", "--root", str(repo), str(bad), str(late)]) == 1
+    err = capsys.readouterr().err
+    for expected in (
+        "cpu-bad.yaml:4:20: checks.cancel_recover.streams: must be greater than",
+        "cpu-bad.yaml:5:12: teardown.budget_s: must be greater than 0",
+        (
+            "cpu-late.yaml:4:3: checks.cancel_recover: hang_up_after (8) must be "
+            "below max_tokens (8)"
+        ),
+    ):
+        assert expected in err, (expected, err)

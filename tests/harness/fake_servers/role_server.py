@@ -33,6 +33,11 @@ def parse_args() -> argparse.Namespace:
         "--child", action="store_true", help="spawn a plain child in its group"
     )
     parser.add_argument(
+        "--stop-delay-s",
+        type=float,
+        help="on SIGTERM, take this long to stop (a slow but cooperative role)",
+    )
+    parser.add_argument(
         "--token-offset",
         type=int,
         default=0,
@@ -122,6 +127,14 @@ def main() -> int:
     print(f"fake role server pid {os.getpid()} starting", flush=True)
     if args.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    elif args.stop_delay_s is not None:
+        delay = args.stop_delay_s
+
+        def slow_stop(signum: int, frame: object) -> None:
+            time.sleep(delay)
+            os._exit(0)
+
+        signal.signal(signal.SIGTERM, slow_stop)
     if args.escape_pid_file:
         escape(args.escape_pid_file)
     if args.child:

@@ -1,0 +1,35 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Reading a vLLM server's Prometheus text (``/metrics``): the one parser the
+harness's checks and tests use for vLLM's own counters and gauges."""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def scrape(base_url: str, timeout_s: float = 30.0) -> str:
+    """The server's ``/metrics`` text, straight to it (no proxy)."""
+    url = base_url.rstrip("/") + "/metrics"
+    with _OPENER.open(url, timeout=timeout_s) as response:
+        return response.read().decode()
+
+
+def metric_sum(text: str, name: str, **labels: str) -> float:
+    """Sum of the series of ``name`` whose labels include ``labels``. A name
+    the text does not hold raises ``KeyError`` (a renamed metric must not
+    read as zero)."""
+    series = re.compile(rf"^{re.escape(name)}(?:{{([^}}]*)}})? (\S+)$", re.M)
+    found = False
+    total = 0.0
+    for label_text, value in series.findall(text):
+        found = True
+        have = dict(_LABEL.findall(label_text))
+        if all(have.get(k) == v for k, v in labels.items()):
+            total += float(value)
+    if not found:
+        raise KeyError(f"{name} is not in the scraped metrics")
+    return total
