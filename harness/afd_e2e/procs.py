@@ -271,6 +271,8 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
         self._procs: list[RoleProcess] = []
         self._stopped: dict[str, TeardownRecord] = {}
         """Records of the processes :meth:`stop_process` tore down, in order."""
+        self._earlier: list[TeardownRecord] = []
+        """Records of stops whose process :meth:`restart` started again."""
         self._record: TeardownRecord | None = None
 
     # -- starting
@@ -323,6 +325,18 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
                 proc.echo.start()
         logger.info("started %s as pid %d, log %s", spec.name, popen.pid, log_path)
         return proc
+
+    def restart(self, name: str) -> RoleProcess:
+        """Start a process that :meth:`stop_process` tore down again, with the
+        same spec (argv, environment, so the same ports): a cold start of that
+        server. Its log continues in the same file; the record of its stop
+        stays part of the final teardown record."""
+        if name not in self._stopped:
+            raise ValueError(f"{name} is not stopped: stop_process() it first")
+        old = next(p for p in self._procs if p.name == name)
+        self._earlier.append(self._stopped.pop(name))
+        self._procs.remove(old)
+        return self.start(old.spec)
 
     def commands(self) -> dict[str, dict[str, Any]]:
         """Per ``role:rank``: argv, extra env, cwd, log file and pid."""
@@ -463,9 +477,13 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
                 except BaseException as exc:  # a harness bug: fail, never retry
                     final = TeardownRecord(self.grace_s, self.marker_scan)
                     final.errors.append(f"teardown crashed: {exc!r}")
-                    self._record = merge_records([*self._stopped.values(), final])
+                    self._record = merge_records(
+                        [*self._earlier, *self._stopped.values(), final]
+                    )
                     raise
-                self._record = merge_records([*self._stopped.values(), final])
+                self._record = merge_records(
+                    [*self._earlier, *self._stopped.values(), final]
+                )
             for problem in final.problems():
                 logger.error("teardown: %s", problem)
         return self._record

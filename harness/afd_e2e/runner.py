@@ -17,7 +17,7 @@ from afd_e2e.checks.parity import PROMPTS, ParityError, compare, greedy_tokens
 from afd_e2e.engines.base import Engine, Servers, server_probe
 from afd_e2e.engines.local import LocalEngine
 from afd_e2e.launch import LaunchPlan
-from afd_e2e.procs import Interrupted, InterruptGuard, RoleError
+from afd_e2e.procs import Interrupted, InterruptGuard, ProcessManager, RoleError
 from afd_e2e.report import (
     CheckResult,
     RunReport,
@@ -168,6 +168,88 @@ def _cancel_recover(plan: LaunchPlan, scenario: Scenario) -> CheckResult:
     )
 
 
+def _cold_restart(plan: LaunchPlan, scenario: Scenario, procs: Servers) -> CheckResult:
+    """Stop every AFD server (the colocated baseline keeps serving), start
+    each again from its own command line (same ports, a fresh rendezvous) and
+    compare the greedy tokens of the two starts, and with the baseline. The
+    CPU connectors' shared memory is anonymous (memfd), so it goes with the
+    processes, which the stop checks are gone."""
+    spec = scenario.checks.cold_restart
+    assert spec is not None
+    start = time.monotonic()
+
+    def failed(message: str, figures: dict[str, object] | None = None) -> CheckResult:
+        return CheckResult(
+            "cold_restart",
+            False,
+            f"FAIL cold_restart: {message}",
+            figures or {},
+            time.monotonic() - start,
+        )
+
+    if not isinstance(procs, ProcessManager):
+        return failed(f"the {type(procs).__name__} engine cannot restart servers")
+    afd = [r for r in plan.roles if r.role != "baseline"]
+    names = [f"{r.role}:{r.rank}" for r in afd]  # the process manager's names
+    prompts = list((PROMPTS * (spec.prompts // len(PROMPTS) + 1))[: spec.prompts])
+    baseline = plan.role("baseline")
+    try:
+        first = greedy_tokens(
+            plan.api.base_url, plan.served_name, prompts, spec.max_tokens
+        )
+    except ParityError as exc:
+        return failed(f"before the restart: {exc}")
+    t_stop = time.monotonic()
+    problems = [
+        problem
+        for name in reversed(names)  # the reverse of the start order
+        for problem in procs.stop_process(name).problems()
+    ]
+    stop_s = time.monotonic() - t_stop
+    if problems:
+        return failed("stopping: " + "; ".join(problems), {"stop_s": stop_s})
+    t_start = time.monotonic()
+    for name in names:
+        procs.restart(name)
+    procs.wait_ready(
+        {name: server_probe(plan, r) for name, r in zip(names, afd, strict=True)},
+        scenario.timeouts.startup_s,
+        names=names,
+    )
+    figures: dict[str, object] = {
+        "servers": len(afd),
+        "stop_s": round(stop_s, 2),
+        "ready_again_s": round(time.monotonic() - t_start, 2),
+    }
+    try:
+        second = greedy_tokens(
+            plan.api.base_url, plan.served_name, prompts, spec.max_tokens
+        )
+        reference = (
+            greedy_tokens(baseline.base_url, plan.served_name, prompts, spec.max_tokens)
+            if baseline is not None
+            else first
+        )
+    except ParityError as exc:
+        return failed(f"after the restart: {exc}", figures)
+    outcome = compare(reference, second)
+    figures["mismatched_prompts"] = outcome.mismatches
+    if second != first:
+        return failed("the second start's tokens differ from the first's", figures)
+    if not outcome.passed:
+        return failed(outcome.message, figures)
+    return CheckResult(
+        "cold_restart",
+        True,
+        f"PASS cold_restart {len(afd)} AFD server(s) stopped in {stop_s:.1f} s "
+        f"and ready again in {figures['ready_again_s']} s on the same ports; "
+        f"{outcome.prompts} prompts, {outcome.tokens} tokens equal to the first "
+        "start" + (" and the colocated run" if baseline is not None else ""),
+        figures,
+        time.monotonic() - start,
+    )
+
+
 def _mark_afd_logs(plan: LaunchPlan) -> dict[Path, int]:
     """Byte offsets of the AFD roles' logs now; the baseline's is not evidence."""
     return mark_logs(
@@ -229,6 +311,9 @@ def execute(
                 procs.check_alive("the cancel-and-recover check")
             if marks is not None:
                 report.checks.append(_dual_ubatch(marks))
+            if scenario.checks.cold_restart is not None:
+                report.checks.append(_cold_restart(plan, scenario, procs))
+                procs.check_alive("the cold-restart check")
             timings.checks_s = time.monotonic() - t2
             if options.keep_running:
                 endpoints = ", ".join(f"{r.name} {r.base_url}" for r in plan.roles)

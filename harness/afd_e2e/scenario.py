@@ -176,6 +176,17 @@ class CancelRecoverCheck(_Strict):
         return self
 
 
+class ColdRestartCheck(_Strict):
+    """The AFD servers are stopped (SIGTERM, no SIGKILL) and started again
+    with the same command lines and ports; the second start gives the same
+    greedy tokens as the first."""
+
+    prompts: int = Field(default=4, ge=1)
+    """Fixed prompts compared across the restart."""
+    max_tokens: int = Field(default=16, ge=1)
+    """Tokens generated per prompt."""
+
+
 class Checks(_Strict):
     """What a run must show."""
 
@@ -187,6 +198,8 @@ class Checks(_Strict):
     """At least one logged step that really ran two micro-batches."""
     cancel_recover: CancelRecoverCheck | None = None
     """Half of many streaming clients hang up; the deployment recovers."""
+    cold_restart: ColdRestartCheck | None = None
+    """Stop the AFD servers and start them again in the same run; runs last."""
 
 
 class Timeouts(_Strict):

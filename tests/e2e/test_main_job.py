@@ -132,6 +132,13 @@ def test_main_job_passes_parity_and_gsm8k_agreement(
         assert storm["figures"]["tokens_not_generated"] > 0  # vLLM dropped them
         junit = (tmp_path / "run" / "junit.xml").read_text()
         assert 'name="cancel_recover"' in junit
+        # Both AFD servers stopped without SIGKILL and came back on the same
+        # ports with the same tokens; the final teardown found new pids.
+        restart = checks["cold_restart"]
+        assert restart["passed"] and restart["figures"]["servers"] == 2
+        assert restart["figures"]["mismatched_prompts"] == 0
+        assert 'name="cold_restart"' in junit
+        assert ffn_log.count("FFN daemon serving") == 2  # one per start
         # Each role's time from SIGTERM to gone, inside the scenario's budget.
         assert teardown["budget_s"] == 20
         assert set(teardown["role_exit_s"]) >= {"ffn:0", "attention:0"}

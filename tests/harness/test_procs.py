@@ -156,6 +156,27 @@ def test_each_roles_time_from_sigterm_to_gone_is_recorded_and_budgeted(
     assert "over its budget of 1 s (slowest: ffn:0 1." in problem
 
 
+def test_a_stopped_role_restarts_from_the_same_command(run_id: str, tmp_path: Path):
+    port = tmp_path / "ffn.port"
+    with manager(run_id, tmp_path) as procs:
+        first = procs.start(fake("ffn", "--port-file", str(port)))
+        procs.wait_ready({"ffn:0": served(port)}, timeout_s=20)
+        with pytest.raises(ValueError, match="is not stopped"):
+            procs.restart("ffn:0")
+        assert procs.stop_process("ffn:0").ok
+        port.unlink()
+        second = procs.restart("ffn:0")
+        assert second.pid != first.pid and second.spec == first.spec
+        procs.wait_ready({"ffn:0": served(port)}, timeout_s=20)
+        procs.check_alive()
+    record = procs.teardown_record
+    assert record is not None and record.ok, record.problems()
+    # Both starts were stopped by SIGTERM, and the log holds both.
+    assert {p.pid for p in record.terminated} >= {first.pid, second.pid}
+    log = (tmp_path / "run" / "ffn-0.log").read_text()
+    assert log.count("fake role server pid") == 2
+
+
 def test_role_ignoring_sigterm_fails_teardown_and_is_named(run_id: str, tmp_path: Path):
     procs = manager(run_id, tmp_path, grace_s=0.5)
     ffn_port, port = tmp_path / "f", tmp_path / "a"
