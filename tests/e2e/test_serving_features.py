@@ -115,6 +115,7 @@ def test_prefix_caching_hits_and_matches(pair: Pair) -> None:
     # Every prompt after the first finds the shared prefix's full blocks.
     assert afd_hits > 0
     assert afd_hits == colocated_hits
+    print(f"evidence: prefix cache hits AFD {afd_hits:g}, colocated {colocated_hits:g}")
 
 
 def test_preemption_recomputes_and_matches(pair: Pair) -> None:
@@ -131,6 +132,10 @@ def test_preemption_recomputes_and_matches(pair: Pair) -> None:
     assert afd_preemptions > 0
     assert afd_preemptions == colocated_preemptions
     assert afd == reference
+    print(
+        f"evidence: preemptions AFD {afd_preemptions:g}, colocated "
+        f"{colocated_preemptions:g}; {len(afd)} outputs identical"
+    )
 
 
 def test_cancel_and_recover(pair: Pair) -> None:
@@ -310,6 +315,10 @@ def test_ngram_speculative_decoding_matches(
     afd_counts = [attention.counter(n) for n in names]
     assert afd_counts[1] > 0
     assert afd_counts == [colocated.counter(n) for n in names]
+    print(
+        f"evidence: n-gram drafts {afd_counts[0]:g} tokens, {afd_counts[1]:g} "
+        "accepted, on both; outputs identical"
+    )
     assert ffn.exit_code() is None
 
 
