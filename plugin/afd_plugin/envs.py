@@ -70,6 +70,14 @@ ENV_VARS: dict[str, EnvVar] = {
             "thread woken from an exchange waits up to this long for the GIL.",
         ),
         EnvVar(
+            "AFD_METRICS",
+            _flag,
+            True,
+            "AFD's counters on vLLM's `/metrics` (`afd:steps_total`, "
+            "`afd:step_part_seconds_total` by part, `afd:micro_batches_total`); "
+            "0: off, and the step parts go untimed.",
+        ),
+        EnvVar(
             "AFD_STEP_TIMING",
             _steps,
             0,

@@ -2,9 +2,11 @@
 """Where a role's step time goes: named parts that tile each role's timeline,
 averaged over a window of steps and logged as one line (``AFD_STEP_TIMING``).
 
-Pure (no torch, no vLLM). Off unless ``AFD_STEP_TIMING`` names a window; then
-the role code brackets its parts with ``clock.part(name)`` and the window's
-line reads, per step in ms, e.g. on the attention role::
+Pure (no torch, no vLLM). The parts are timed when ``AFD_STEP_TIMING`` names a
+window or a ``sink`` takes every step's parts (the role's Prometheus metrics,
+``runtime/afd_metrics.py``); the role code brackets its parts with
+``clock.part(name)`` and the window's line reads, per step in ms, e.g. on the
+attention role::
 
     AFD_STEP_TIMING role=attention steps=200 step_ms=6.10 announce=0.20 ...
 
@@ -32,6 +34,9 @@ logger = logging.getLogger("afd_plugin")
 
 TAG = "AFD_STEP_TIMING"
 ATTENTION_PARTS = ("between", "runner", "announce", "send", "wait", "compute")
+FFN_PARTS = ("control", "recv", "compute", "send")
+PARTS = {"attention": ATTENTION_PARTS, "ffn": FFN_PARTS}
+"""The parts each role's step is split into."""
 _OFF = nullcontext()
 
 
@@ -51,12 +56,16 @@ class StepClock:
         """Turns the accumulated spans into the logged parts (e.g. a part
         that is a span minus the spans inside it)."""
         self.totals: dict[str, float] = defaultdict(float)
+        """The spans of the step now running."""
+        self.window_totals: dict[str, float] = defaultdict(float)
         self.steps = 0
+        self.sink: Callable[[dict[str, float]], None] | None = None
+        """Takes each finished step's parts (derived, in seconds)."""
         self._window_started: float | None = None
 
     @property
     def enabled(self) -> bool:
-        return self.window > 0
+        return self.window > 0 or self.sink is not None
 
     def add(self, part: str, seconds: float) -> None:
         self.totals[part] += seconds
@@ -75,25 +84,33 @@ class StepClock:
             self.totals[name] += time.perf_counter() - started
 
     def step(self, now: float | None = None) -> str | None:
-        """Mark a step boundary; every ``window`` steps return (and log) the
-        window's line and start a new window."""
+        """Mark a step boundary: the step that ends goes to the sink; every
+        ``window`` steps return (and log) the window's line and start a new
+        window. Spans before the first boundary belong to no step."""
         if not self.enabled:
             return None
         now = time.perf_counter() if now is None else now
+        spans = dict(self.totals)
+        self.totals.clear()
         if self._window_started is None:
             self._window_started = now
-            self.totals.clear()
             return None
+        parts = self.derive(spans) if self.derive is not None else spans
+        if self.sink is not None:
+            self.sink(parts)
+        if self.window <= 0:
+            return None
+        for name, seconds in parts.items():
+            self.window_totals[name] += seconds
         self.steps += 1
         if self.steps < self.window:
             return None
-        parts = dict(self.totals)
-        if self.derive is not None:
-            parts = self.derive(parts)
-        line = format_line(self.role, self.steps, now - self._window_started, parts)
+        line = format_line(
+            self.role, self.steps, now - self._window_started, self.window_totals
+        )
         logger.info("%s", line)
         self._window_started, self.steps = now, 0
-        self.totals.clear()
+        self.window_totals.clear()
         return line
 
 

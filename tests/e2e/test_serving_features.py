@@ -339,3 +339,50 @@ def test_refused_features_stop_the_server_before_the_model_loads(
     assert "deployment.lora: --enable-lora is refused under AFD" in log
     assert "deployment.runner_type: --runner pooling (--convert embed) is" in log
     assert "Loading weights" not in log and "load_model" not in log
+
+
+def test_afd_metrics_move_on_both_roles(
+    servers: VllmServers, qwen3_moe: Path, tmp_path: Path
+) -> None:
+    # vLLM's API server runs its engine in a process of its own: /metrics
+    # shows that process's counters in prometheus_client's multiprocess mode,
+    # which vLLM takes when PROMETHEUS_MULTIPROC_DIR is set (one per server).
+    envs = {}
+    for name in ("ffn", "attention", "colocated"):
+        (tmp_path / name).mkdir()
+        envs[name] = {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path / name)}
+    port = free_port()
+    ffn = servers.start("ffn", qwen3_moe, afd_config("ffn", port), env=envs["ffn"])
+    attention = servers.start(
+        "attention", qwen3_moe, afd_config("attention", port), env=envs["attention"]
+    )
+    colocated = servers.start("colocated", qwen3_moe, env=envs["colocated"])
+    attention.wait_ready()
+    colocated.wait_ready()
+    roles = ((attention, "attention"), (ffn, "ffn"))
+
+    def scrape() -> dict[str, float]:
+        return {
+            f"{role} {part}": server.counter(
+                "afd:step_part_seconds_total", role=role, part=part
+            )
+            for server, role in roles
+            for part in ("compute", "send")
+        } | {
+            f"{role} steps": server.counter("afd:steps_total", role=role)
+            for server, role in roles
+        }
+
+    before = scrape()
+    assert attention.complete(list(PROMPTS[:4]), 16)
+    after = scrape()
+    # Every counter moved during the requests, on the server of its role.
+    assert all(after[k] > before[k] for k in before), (before, after)
+    assert attention.counter("afd:micro_batches_total", role="attention") > 0
+    # vLLM's own counters are still there, and its colocated server knows
+    # nothing of AFD.
+    assert attention.counter("vllm:generation_tokens_total") >= 64
+    assert colocated.counter("vllm:generation_tokens_total") >= 0
+    with pytest.raises(KeyError):
+        colocated.counter("afd:steps_total")
+    print("evidence:", {k: round(after[k] - before[k], 4) for k in after})

@@ -89,3 +89,25 @@ def test_lines_without_the_tag_or_malformed_read_as_none() -> None:
         "step_ms": 5.0,
         "wait": 1.0,
     }
+
+
+def test_a_sink_gets_every_step_and_turns_the_timing_on() -> None:
+    clock = StepClock("attention", window=0, derive=_attention_parts)
+    assert not clock.enabled
+    seen: list[dict[str, float]] = []
+    clock.sink = seen.append
+    assert clock.enabled
+    clock.add("between", 9.0)  # before the first boundary: no step's
+    assert clock.step(now=1.0) is None and seen == []
+    with clock.part("send"):
+        pass
+    clock.add("model", 0.004)
+    clock.add("runner_total", 0.005)
+    assert clock.step(now=1.01) is None  # no window: nothing logged
+    (parts,) = seen
+    assert tuple(parts) == ATTENTION_PARTS
+    assert parts["runner"] == pytest.approx(0.001)
+    assert parts["between"] == 0.0 and parts["send"] > 0
+    # The next step starts empty.
+    assert clock.step(now=1.02) is None
+    assert sum(seen[1].values()) == 0.0

@@ -27,6 +27,7 @@ from afd_plugin import step_timing
 from afd_plugin.evidence import format_dual_ubatch
 from afd_plugin.models import micro_batch
 from afd_plugin.models.forward_metadata import AFDForwardMetadata, install_metadata
+from afd_plugin.runtime import afd_metrics
 from afd_plugin.runtime.role import AFDRoleRunnerMixin
 from afd_plugin.step_kind import MARKED_KINDS, StepKind, resolve_step_kind
 from afd_plugin.step_protocol import (
@@ -252,6 +253,7 @@ class AFDAttentionRunnerMixin(AFDRoleRunnerMixin):
                     connector.control_plane.send_dp_metadata_list(payload)
         self._afd_payloads = payloads
         self._afd_steps += 1
+        afd_metrics.count_micro_batches("attention", connector.rank, len(payloads))
         if is_forward_context_available():
             install_metadata(AFDForwardMetadata(connector, 0, payloads[0]))
         tokens = dual_ubatch_tokens(payloads)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from afd_plugin.config import AFDConfig
 from afd_plugin.connectors.registry import AFDConnectorFactory
+from afd_plugin.runtime import afd_metrics
 from afd_plugin.topology import role_rank
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ class AFDRoleRunnerMixin:
     ) -> None:
         super().__init__(vllm_config, device)  # type: ignore[call-arg]
         self.afd_connector = connector
+        afd_metrics.install(self.afd_role, connector.rank)
 
     @property
     def afd_config(self) -> AFDConfig:
