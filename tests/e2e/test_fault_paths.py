@@ -68,13 +68,7 @@ def listens_on(server: VllmServer, port: int) -> bool:
 
 def running_requests(server: VllmServer) -> float:
     """vLLM's ``num_requests_running`` gauge, all models."""
-    with _OPENER.open(server.url("/metrics"), timeout=30) as response:
-        text = response.read().decode()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("vllm:num_requests_running")
-    )
+    return server.counter("vllm:num_requests_running")
 
 
 def assert_exits(server: VllmServer, within_s: float, why: str) -> int:

@@ -15,16 +15,14 @@ a renamed test fails its unit test.
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from afd_e2e.checks.cancel_recover import run_cancel_recover
 from afd_e2e.checks.parity import PROMPTS
-from afd_e2e.completions import StreamOutcome
 from afd_e2e.launch import free_port
 from afd_e2e.servers import VllmServer, VllmServers, afd_config
 from afd_e2e.tiny_model import corpus_lines
@@ -139,42 +137,27 @@ def test_preemption_recomputes_and_matches(pair: Pair) -> None:
 
 
 def test_cancel_and_recover(pair: Pair) -> None:
+    # The scenario check itself (afd_e2e.checks.cancel_recover) against the
+    # shared pair: 16 streams, every second one hanging up after 3 chunks.
     attention, colocated, ffn = pair
     pids = attention.pid, ffn.pid
-    body = {"max_tokens": 64, "temperature": 0.0, "ignore_eos": True}
-    outcomes: dict[int, StreamOutcome | BaseException] = {}
-
-    def client(i: int) -> None:
-        try:
-            hang_up = 3 if i % 2 else None
-            prompt = {"prompt": PROMPTS[i % len(PROMPTS)]}
-            outcomes[i] = attention.stream({**body, **prompt}, hang_up_after=hang_up)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            outcomes[i] = exc
-
-    generated = attention.counter("vllm:generation_tokens_total")
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
-    assert not any(t.is_alive() for t in threads)
-    errors = {i: o for i, o in outcomes.items() if isinstance(o, BaseException)}
-    assert not errors, errors
-    finished = [o for i, o in outcomes.items() if i % 2 == 0]
-    assert all(o.finish_reason == "length" for o in finished), finished
-    # The hung-up requests leave the engine (vLLM aborts them) ...
-    deadline = time.monotonic() + 60
-    while attention.counter("vllm:num_requests_running") > 0:
-        assert time.monotonic() < deadline, "requests still running"
-        time.sleep(0.5)
-    # vLLM dropped the hung-up requests: their tokens were never generated.
-    generated = attention.counter("vllm:generation_tokens_total") - generated
-    assert generated < 16 * 64 - 8 * 32, generated
-    # ... and the same servers, still in step, answer a fresh batch as
-    # colocated vLLM does.
-    prompts = list(PROMPTS[:4])
-    assert attention.complete_each(prompts, 16) == colocated.complete_each(prompts, 16)
+    outcome = run_cancel_recover(
+        attention.base_url,
+        attention.model,
+        streams=16,
+        hang_up_after=3,
+        max_tokens=64,
+        reference_url=colocated.base_url,
+    )
+    assert outcome.passed, outcome.message
+    figures = outcome.figures
+    assert figures["client_errors"] == 0
+    assert figures["hung_up"] == 8 and figures["finished"] == 8
+    # vLLM dropped the hung-up requests: most of their tokens never came.
+    assert figures["tokens_not_generated"] > 8 * 32, figures
+    # The same servers, still in step, answered a fresh batch as colocated
+    # vLLM does.
+    assert figures["recovered_prompts"] == 4
     assert (attention.pid, ffn.pid) == pids
     assert attention.exit_code() is None and ffn.exit_code() is None
 

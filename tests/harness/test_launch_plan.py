@@ -179,6 +179,20 @@ def test_the_cpu_baseline_of_an_attention_dp_scenario_runs_one_dp_rank(
     assert baseline_topology(cuda) == cuda.topology.attention
 
 
+def threads_by_role(
+    scenario_id: str, cpus: int, tmp_path: Path, *, bench: bool
+) -> dict[str, str]:
+    plan = build_plan(
+        scenario_id,
+        CATALOGUE.get(scenario_id),
+        model_root=tmp_path,
+        run_dir=tmp_path / "run",
+        baseline=bench,
+        cpus=cpus,
+    )
+    return {r.role: r.env["OMP_NUM_THREADS"] for r in plan.roles}
+
+
 @pytest.mark.parametrize(
     ("scenario_id", "cpus", "expected"),
     [
@@ -194,16 +208,7 @@ def test_the_cpu_baseline_of_an_attention_dp_scenario_runs_one_dp_rank(
 def test_a_bench_baseline_gets_the_afd_ranks_cpus(
     scenario_id: str, cpus: int, expected: dict[str, str], tmp_path: Path
 ) -> None:
-    plan = build_plan(
-        scenario_id,
-        CATALOGUE.get(scenario_id),
-        model_root=tmp_path,
-        run_dir=tmp_path / "run",
-        baseline=True,
-        cpus=cpus,
-    )
-    threads = {r.role: r.env["OMP_NUM_THREADS"] for r in plan.roles}
-    assert threads == expected
+    assert threads_by_role(scenario_id, cpus, tmp_path, bench=True) == expected
 
 
 @pytest.mark.parametrize(
@@ -221,14 +226,7 @@ def test_the_checks_reference_runs_an_attention_ranks_threads(
     # vLLM's CPU attention rounds a long decode by its thread count: the
     # reference of the parity and GSM8K-agreement checks must match the
     # attention rank, not the AFD deployment's CPU total.
-    plan = build_plan(
-        scenario_id,
-        CATALOGUE.get(scenario_id),
-        model_root=tmp_path,
-        run_dir=tmp_path / "run",
-        cpus=cpus,
-    )
-    got = {r.role: r.env["OMP_NUM_THREADS"] for r in plan.roles}
+    got = threads_by_role(scenario_id, cpus, tmp_path, bench=False)
     assert got == {"baseline": threads, "ffn": threads, "attention": threads}
 
 

@@ -1,10 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """AFD's metrics on vLLM's ``/metrics``: Prometheus counters in the role's
-engine process, registered in prometheus_client's default registry, the one
-vLLM's ``/metrics`` serves when the engine runs in the API server's process
-(``VLLM_ENABLE_V1_MULTIPROCESSING=0``, as the CPU scenarios run) or when
-``PROMETHEUS_MULTIPROC_DIR`` gathers every process's files (prometheus_client's
-multiprocess mode, which vLLM honours when the user sets it).
+engine process. vLLM's API server runs its engine in a process of its own
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0`` included), so ``/metrics`` shows them
+when ``PROMETHEUS_MULTIPROC_DIR`` names a directory of the server's own:
+prometheus_client's multiprocess mode, which vLLM takes when it is set.
 
 Fed by each role's step clock (``afd_plugin.step_timing``): every finished
 step adds its parts, so ``rate(afd:step_part_seconds_total[1m]) /
@@ -23,6 +22,8 @@ from prometheus_client import Counter
 from afd_plugin import envs, step_timing
 
 logger = logging.getLogger("afd_plugin")
+_micro_batches: dict[tuple[str, int], Counter] = {}
+"""(role, rank) -> its micro-batch counter, once :func:`install` ran."""
 
 STEPS = Counter(
     "afd:steps",
@@ -39,8 +40,9 @@ PART_SECONDS = Counter(
 )
 MICRO_BATCHES = Counter(
     "afd:micro_batches",
-    "Micro-batch stages the attention role announced, summed over steps "
-    "(divided by afd:steps_total: micro-batches per step).",
+    "Micro-batch stages the attention role announced, summed over its model "
+    "calls (vLLM's profile and dummy runs included, which afd:steps_total "
+    "does not count).",
     ["role", "rank"],
 )
 
@@ -61,7 +63,7 @@ def install(role: str, rank: int) -> bool:
         for name in step_timing.PARTS.get(role, ())
     }
     if role == "attention":
-        MICRO_BATCHES.labels(**labels)
+        _micro_batches[(role, rank)] = MICRO_BATCHES.labels(**labels)
 
     def sink(step_parts: dict[str, float]) -> None:
         steps.inc()
@@ -83,5 +85,8 @@ def install(role: str, rank: int) -> bool:
 
 
 def count_micro_batches(role: str, rank: int, stages: int) -> None:
-    if envs.get("AFD_METRICS"):
-        MICRO_BATCHES.labels(role=role, rank=str(rank)).inc(stages)
+    """Add one step's micro-batch stages (nothing unless :func:`install`
+    counted this role; called once per step)."""
+    counter = _micro_batches.get((role, rank))
+    if counter is not None:
+        counter.inc(stages)
