@@ -18,6 +18,7 @@ from afd_plugin.config import ALIASES, AFDConfig
 from afd_plugin.connectors.registry import AFDConnectorFactory
 from afd_plugin.envs import ENV_VARS
 from afd_plugin.graph_policy import allowed_graph_modes
+from afd_plugin.metrics_catalog import metrics_table
 from afd_plugin.model_support import MODEL_FAMILIES
 from afd_plugin.serving_features import SERVING_FEATURES
 from afd_plugin.validation import runner_not_in_build
@@ -227,6 +228,7 @@ def core_blocks() -> list[Generated]:
         Generated("README.md", "models", model_table),
         Generated("README.md", "features", feature_table),
         Generated("README.md", "envs", env_table),
+        Generated("README.md", "metrics", metrics_table),
     ]
 
 

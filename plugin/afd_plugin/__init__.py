@@ -35,7 +35,12 @@ def register() -> None:
         logger.warning("afd-plugin: AFD_PLUGIN_DISABLE is set; no patches applied")
         return
     register_environment_fixes()
+    from afd_plugin import metrics_file
     from afd_plugin.patches import apply_patches
+
+    # The server's first process names the directory its engine and workers
+    # write AFD's counters to (afd_plugin.metrics_file); they inherit it.
+    metrics_file.claim_directory()
 
     apply_patches()
 

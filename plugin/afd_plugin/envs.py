@@ -73,9 +73,17 @@ ENV_VARS: dict[str, EnvVar] = {
             "AFD_METRICS",
             _flag,
             True,
-            "AFD's counters on vLLM's `/metrics` (`afd:steps_total`, "
-            "`afd:step_part_seconds_total` by part, `afd:micro_batches_total`); "
-            "0: off, and the step parts go untimed.",
+            "AFD's counters on vLLM's `/metrics` (the `afd:*` metrics); 0: off, "
+            "and the step parts go untimed.",
+        ),
+        EnvVar(
+            "AFD_METRICS_DIR",
+            str,
+            None,
+            "Where a server's engine and workers leave AFD's counters for its "
+            "API server's `/metrics`. Set by the server's first process (a "
+            "directory in the temp dir, removed when it exits); its children "
+            "inherit it.",
         ),
         EnvVar(
             "AFD_STEP_TIMING",

@@ -4,7 +4,7 @@ averaged over a window of steps and logged as one line (``AFD_STEP_TIMING``).
 
 Pure (no torch, no vLLM). The parts are timed when ``AFD_STEP_TIMING`` names a
 window or a ``sink`` takes every step's parts (the role's Prometheus metrics,
-``runtime/afd_metrics.py``); the role code brackets its parts with
+``afd_plugin.metrics``); the role code brackets its parts with
 ``clock.part(name)`` and the window's line reads, per step in ms, e.g. on the
 attention role::
 

@@ -221,6 +221,9 @@ def test_a_peer_without_the_secret_is_refused_and_changes_nothing(
     deployment: Deployment,
 ) -> None:
     assert deployment.tokens() == deployment.before
+    auth_refusals = deployment.ffn.counter(
+        "afd:rendezvous_refusals_total", reason="auth"
+    )
     unset = deployment.stray("stray-unset")  # secret_env names an unset variable
     no_secret = deployment.stray("stray-no-secret", secret_env=False)
     wrong = deployment.stray("stray-wrong-secret", {SECRET_ENV: secrets.token_hex(24)})
@@ -271,6 +274,9 @@ def test_a_peer_without_the_secret_is_refused_and_changes_nothing(
     )
     assert refused, deployment.ffn.log_tail()
     assert {int(pid) for pid in refused} <= pids_of(wrong), (refused, pids_of(wrong))
+    # And counted it on its /metrics, once per refused connection.
+    counted = deployment.ffn.counter("afd:rendezvous_refusals_total", reason="auth")
+    assert counted - auth_refusals == len(refused), (counted, auth_refusals, refused)
     assert_still_serving(deployment)
 
 
@@ -287,6 +293,8 @@ def test_a_stray_second_attention_server_fails_fast_naming_the_holder(
 ) -> None:
     holder = {p.pid for p in tree(deployment.attention)}
     ffn_pids = {p.pid for p in tree(deployment.ffn)}
+    admissions = "afd:rendezvous_refusals_total"
+    refused_before = deployment.ffn.counter(admissions, reason="admission")
     # Its rendezvous timeout is long: only a refusal ends it fast.
     stray = deployment.stray(
         "stray-second-attention",
@@ -313,4 +321,6 @@ def test_a_stray_second_attention_server_fails_fast_naming_the_holder(
     assert took < FAIL_FAST_S, (
         f"the stray ended {took:.1f}s after loading (refused after {refused:.1f}s)"
     )
+    refused_after = deployment.ffn.counter(admissions, reason="admission")
+    assert refused_after - refused_before == 1, (refused_before, refused_after)
     assert_still_serving(deployment)

@@ -15,6 +15,7 @@ a renamed test fails its unit test.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -327,13 +328,16 @@ def test_refused_features_stop_the_server_before_the_model_loads(
 def test_afd_metrics_move_on_both_roles(
     servers: VllmServers, qwen3_moe: Path, tmp_path: Path
 ) -> None:
-    # vLLM's API server runs its engine in a process of its own: /metrics
-    # shows that process's counters in prometheus_client's multiprocess mode,
-    # which vLLM takes when PROMETHEUS_MULTIPROC_DIR is set (one per server).
-    envs = {}
-    for name in ("ffn", "attention", "colocated"):
-        (tmp_path / name).mkdir()
-        envs[name] = {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path / name)}
+    # Both ways AFD's counters reach vLLM's /metrics: the attention server as
+    # a user starts it (its API server's stat-logger plugin reads what the
+    # engine wrote), the FFN server in prometheus_client's multiprocess mode
+    # (PROMETHEUS_MULTIPROC_DIR set, as vLLM sets it for --api-server-count > 1).
+    (tmp_path / "ffn").mkdir()
+    envs: dict[str, dict[str, str]] = {
+        "ffn": {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "ffn")},
+        "attention": {},
+        "colocated": {},
+    }
     port = free_port()
     ffn = servers.start("ffn", qwen3_moe, afd_config("ffn", port), env=envs["ffn"])
     attention = servers.start(
@@ -358,10 +362,18 @@ def test_afd_metrics_move_on_both_roles(
 
     before = scrape()
     assert attention.complete(list(PROMPTS[:4]), 16)
-    after = scrape()
-    # Every counter moved during the requests, on the server of its role.
-    assert all(after[k] > before[k] for k in before), (before, after)
+    # Every counter moved during the requests, on the server of its role (the
+    # engine hands its counters over every 0.1 s: a scrape may lag that much).
+    deadline = time.monotonic() + 5
+    while not all((after := scrape())[k] > before[k] for k in before):
+        assert time.monotonic() < deadline, (before, after)
+        time.sleep(0.1)
     assert attention.counter("afd:micro_batches_total", role="attention") > 0
+    # Nothing failed or was refused; those series are there, at 0.
+    for server, role in roles:
+        assert server.counter("afd:exchange_failures_total", role=role) == 0
+    hosts = [s for s, _ in roles if "afd:rendezvous_refusals_total{" in s.metrics()]
+    assert [h.counter("afd:rendezvous_refusals_total") for h in hosts] == [0]
     # vLLM's own counters are still there, and its colocated server knows
     # nothing of AFD.
     assert attention.counter("vllm:generation_tokens_total") >= 64
@@ -369,3 +381,6 @@ def test_afd_metrics_move_on_both_roles(
     with pytest.raises(KeyError):
         colocated.counter("afd:steps_total")
     print("evidence:", {k: round(after[k] - before[k], 4) for k in after})
+    for server, role in roles:
+        lines = [x for x in server.metrics().splitlines() if x.startswith("afd:")]
+        print(f"evidence: {role} /metrics:", *lines[:6], sep="\n  ")

@@ -13,7 +13,7 @@ import pytest
 from lint_repo import edit, line_of
 
 from afd_e2e.cli import main
-from afd_e2e.doc_tables import begin, end
+from afd_e2e.doc_tables import begin, core_blocks, end
 
 READY = "ci/cuda/test-ready.yml"
 MERGE = "ci/cuda/test-merge.yml"
@@ -65,7 +65,7 @@ WITH_NIGHTLY = {
 }
 NO_NIGHTLY = {k: v for k, v in WITH_NIGHTLY.items() if v[1] != "nightly"}
 DOCS = {
-    "README.md": ("config", "connectors", "models", "features", "envs"),
+    "README.md": tuple(b.name for b in core_blocks() if b.path == "README.md"),
     "docs/design/e2e_testing.md": ("scenarios",),
     "tests/e2e/README.md": ("scenarios",),
 }

@@ -1,33 +1,78 @@
 # SPDX-License-Identifier: Apache-2.0
-"""AFD's counters: a role's step clock feeds them, every series exists from
-the start, and AFD_METRICS=0 leaves the clock off."""
+"""AFD's counters in a role's process: the step clock feeds them, every series
+exists from the start, failures and refusals are counted, the counter file
+carries them to the API server, and AFD_METRICS=0 leaves everything off."""
 
 from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from prometheus_client import REGISTRY
 
-from afd_plugin import step_timing
-from afd_plugin.runtime import afd_metrics
+from afd_plugin import metrics, metrics_file, step_timing
+from afd_plugin.connectors.base import AFDPeerError
+from afd_plugin.metrics_catalog import METRICS, metrics_table
+from afd_plugin.wire import AFDWireError
 
-
-def value(name: str, **labels: str) -> float | None:
-    return REGISTRY.get_sample_value(name, labels)
+Read = Callable[..., "float | None"]
 
 
 @pytest.fixture
-def fresh_clock(monkeypatch: pytest.MonkeyPatch) -> None:
-    """This test's own ffn clock (the process-wide one stays untouched)."""
+def fresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This test's own clocks and counters (the process-wide ones stay)."""
     monkeypatch.setattr(step_timing, "_clocks", {})
+    monkeypatch.setattr(metrics, "_backend", None)
+    monkeypatch.setattr(metrics, "_installed", set())
 
 
-def test_steps_and_parts_are_counted_per_role_and_rank(fresh_clock: None) -> None:
-    assert afd_metrics.install("ffn", 7)
+@pytest.fixture
+def from_file(
+    fresh: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Read]:
+    """Counters through the server's counter directory (the default)."""
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    monkeypatch.setenv(metrics_file.ENV, str(tmp_path / "afd-metrics"))
+
+    def read(name: str, **labels: str) -> float | None:
+        backend = metrics.backend()
+        assert isinstance(backend, metrics_file.CounterFile)
+        backend.flush()
+        values = metrics_file.read_directory(str(tmp_path / "afd-metrics"))
+        return values.get(metrics_file.key(name, labels))
+
+    yield read
+    backend = metrics._backend
+    if isinstance(backend, metrics_file.CounterFile):
+        backend.close()
+
+
+@pytest.fixture
+def from_registry(fresh: None, monkeypatch: pytest.MonkeyPatch) -> Read:
+    """Counters as prometheus_client counters (PROMETHEUS_MULTIPROC_DIR set;
+    in this process they stay in memory, which the registry reads alike)."""
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "set")
+
+    def read(name: str, **labels: str) -> float | None:
+        return REGISTRY.get_sample_value(f"{name}_total", labels)
+
+    return read
+
+
+@pytest.fixture(params=["file", "registry"])
+def read(request: pytest.FixtureRequest) -> Read:
+    return request.getfixturevalue(f"from_{request.param}")
+
+
+def test_steps_and_parts_are_counted_per_role_and_rank(read: Read) -> None:
+    assert metrics.install("ffn", 7)
     labels = {"role": "ffn", "rank": "7"}
     # Every part's series is there before any step, at 0.
     for part in step_timing.FFN_PARTS:
-        assert value("afd:step_part_seconds_total", part=part, **labels) == 0.0
-    assert value("afd:steps_total", **labels) == 0.0
+        assert read("afd:step_part_seconds", part=part, **labels) == 0.0
+    before = read("afd:steps", **labels)
     clock = step_timing.clock("ffn")
     clock.step()
     clock.add("compute", 0.25)
@@ -35,21 +80,72 @@ def test_steps_and_parts_are_counted_per_role_and_rank(fresh_clock: None) -> Non
     clock.step()
     clock.add("compute", 0.25)
     clock.step()
-    assert value("afd:steps_total", **labels) == 2.0
-    assert value("afd:step_part_seconds_total", part="compute", **labels) == 0.5
-    assert value("afd:step_part_seconds_total", part="recv", **labels) == 0.5
-    assert afd_metrics.install("ffn", 7)  # once per process: no second sink
+    assert read("afd:steps", **labels) == before + 2
+    assert read("afd:step_part_seconds", part="compute", **labels) >= 0.5
+    assert metrics.install("ffn", 7)  # once per process: no second sink
     clock.add("send", 1.0)
     clock.step()
-    assert value("afd:step_part_seconds_total", part="send", **labels) == 1.0
+    assert read("afd:step_part_seconds", part="send", **labels) >= 1.0
 
 
-def test_off_leaves_the_clock_untimed(
-    fresh_clock: None, monkeypatch: pytest.MonkeyPatch
+def test_failures_are_counted_by_reason(read: Read) -> None:
+    metrics.count_failure("attention", 2, AFDPeerError("ffn rank 0 left"))
+    metrics.count_failure("attention", 2, TimeoutError("no answer in 30 s"))
+    metrics.count_failure("attention", 2, AFDWireError("stage 1 before stage 0"))
+    labels = {"role": "attention", "rank": "2"}
+    assert read("afd:exchange_failures", reason="peer", **labels) >= 2
+    assert read("afd:exchange_failures", reason="wire", **labels) >= 1
+    assert metrics.failure_reason(ValueError("x")) == "error"
+
+
+def test_the_counter_file_sums_every_process_of_the_server(
+    from_file: Read, tmp_path: Path
+) -> None:
+    # Another process of the same server (a second TP worker) wrote its file.
+    directory = tmp_path / "afd-metrics"
+    metrics.count_refusal("auth")
+    (directory / "1.json").write_text(
+        json.dumps(
+            {
+                "pid": 1,
+                "series": [
+                    {
+                        "name": "afd:rendezvous_refusals",
+                        "labels": {"reason": "auth"},
+                        "value": 2,
+                    }
+                ],
+            }
+        )
+    )
+    (directory / "2.json").write_text("{half written")  # skipped, not fatal
+    assert from_file("afd:rendezvous_refusals", reason="auth") == 3.0
+
+
+def test_the_first_process_names_the_directory_and_children_inherit_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(metrics_file.ENV, raising=False)
+    named = metrics_file.claim_directory()
+    assert named.endswith(f"afd-metrics-{__import__('os').getpid()}")
+    monkeypatch.setenv(metrics_file.ENV, "/elsewhere")
+    assert metrics_file.claim_directory() == "/elsewhere"
+
+
+def test_off_leaves_the_clock_untimed_and_counts_nothing(
+    from_file: Read, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("AFD_METRICS", "0")
     monkeypatch.delenv("AFD_STEP_TIMING", raising=False)
-    assert not afd_metrics.install("attention", 3)
+    assert not metrics.install("attention", 3)
     assert not step_timing.clock("attention").enabled
-    afd_metrics.count_micro_batches("attention", 3, 2)
-    assert value("afd:micro_batches_total", role="attention", rank="3") is None
+    metrics.count_micro_batches("attention", 3, 2)
+    metrics.count_failure("attention", 3, AFDPeerError("gone"))
+    assert metrics._backend is None
+    assert not (tmp_path / "afd-metrics").exists()
+
+
+def test_the_readme_table_lists_every_metric() -> None:
+    table = metrics_table()
+    for spec in METRICS:
+        assert f"`{spec.sample}`" in table

@@ -15,8 +15,16 @@ import types
 
 import pytest
 
+import afd_plugin
 from afd_plugin import patches
 from afd_plugin.patches import model_build_names
+
+
+@pytest.fixture(autouse=True, scope="module")
+def environment_fixes() -> None:
+    """As in every vLLM process of this environment: the Qwen3.5 model files
+    import only with the torchvision fix (the CPU install has no torchvision)."""
+    afd_plugin.register_environment_fixes()
 
 
 @pytest.mark.parametrize("name", patches.ALL_PATCH_MODULES)

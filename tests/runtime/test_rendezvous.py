@@ -13,11 +13,13 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
 import psutil
 import pytest
 
 from afd_e2e.launch import free_port
+from afd_plugin import metrics, metrics_file
 from afd_plugin.connectors import rendezvous as rdzv
 from afd_plugin.connectors.base import AFDPeerError
 from afd_plugin.rendezvous_protocol import (
@@ -242,9 +244,15 @@ def test_nobody_arriving_is_bounded_by_the_timeout() -> None:
     assert time.monotonic() - started < 3
 
 
-def test_a_proof_replayed_on_a_new_connection_is_refused(world: World) -> None:
+def test_a_proof_replayed_on_a_new_connection_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The proof binds the server's fresh challenge: one recorded on another
-    connection does not open this one."""
+    connection does not open this one; the host counts the refusal."""
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    monkeypatch.setenv(metrics_file.ENV, str(tmp_path))
+    monkeypatch.setattr(metrics, "_backend", None)
+    world = World(SECRET)
     with socket.create_connection(("127.0.0.1", world.port), timeout=5) as first:
         old = Hello.decode(rdzv.read_message(first))
     message = join(1, 2000)
@@ -254,6 +262,17 @@ def test_a_proof_replayed_on_a_new_connection_is_refused(world: World) -> None:
         rdzv.write_message(sock, {**message.encode(), "proof": stolen})
         answer = rdzv.read_message(sock)
     assert answer["type"] == "refuse" and "authentication failed" in answer["reason"]
+    counters = metrics.backend()
+    assert isinstance(counters, metrics_file.CounterFile)
+    counters.flush()
+    refusals = {
+        metrics_file.key("afd:rendezvous_refusals", {"reason": reason}): 0.0
+        for reason in ("auth", "protocol", "admission")
+    }
+    refusals[metrics_file.key("afd:rendezvous_refusals", {"reason": "auth"})] = 1.0
+    assert metrics_file.read_directory(str(tmp_path)) == refusals
+    counters.close()
+    world.host.close()
 
 
 WAITER = """

@@ -36,6 +36,7 @@ CORE = {
     "afd_plugin.connectors.extra_config",
     "afd_plugin.errors",
     "afd_plugin.evidence",
+    "afd_plugin.metrics_catalog",
     "afd_plugin.model_support",
     "afd_plugin.serving_features",
     "afd_plugin.step_kind",

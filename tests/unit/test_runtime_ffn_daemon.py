@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from afd_plugin import metrics as afd_metrics
 from afd_plugin.config import AFDConfig
 from afd_plugin.connectors.base import (
     AFDConnector,
@@ -251,19 +252,32 @@ def run_loop(connector: FakeConnector) -> tuple[FFNDaemon, list[Any]]:
     return daemon, exits
 
 
-def test_orderly_leave_of_the_attention_side_ends_the_loop_cleanly() -> None:
+def test_orderly_leave_of_the_attention_side_ends_the_loop_cleanly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    counted: list[object] = []
+    monkeypatch.setattr(afd_metrics, "count_failure", lambda *a: counted.append(a))
     lost = AFDPeerError("connection closed")
     connector = FakeConnector([payload(), payload(), lost])
     connector.left = True
     daemon, exits = run_loop(connector)
     assert exits == [None] and daemon.error is None
     assert daemon.kinds[StepKind.EAGER] == 2
+    assert counted == []  # an orderly end is no failure
 
 
-def test_lost_peer_ends_the_loop_with_the_error() -> None:
+def test_lost_peer_ends_the_loop_with_the_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    counted: list[tuple[str, int, BaseException]] = []
+    monkeypatch.setattr(
+        afd_metrics, "count_failure", lambda *args: counted.append(args)
+    )
     lost = AFDPeerError("ffn rank 0 lost attention rank 0")
     daemon, exits = run_loop(FakeConnector([payload(), lost]))
     assert exits == [lost] and daemon.error is lost
+    # Counted once, as this rank's failure (afd:exchange_failures_total).
+    assert counted == [("ffn", daemon.connector.rank, lost)]
 
 
 def test_any_failure_while_serving_is_reported() -> None:

@@ -25,7 +25,9 @@ from typing import Any
 
 import torch.distributed as dist
 
+from afd_plugin import metrics as afd_metrics
 from afd_plugin.connectors.base import AFDPeerError
+from afd_plugin.metrics_catalog import REFUSAL_REASONS
 from afd_plugin.rendezvous_protocol import (
     HEADER_BYTES,
     Answer,
@@ -122,6 +124,8 @@ class RendezvousServer:
         except OSError:
             self._listener.close()
             raise
+        for reason in REFUSAL_REASONS:  # every series from 0
+            afd_metrics.count_refusal(reason, 0.0)
         self._thread = threading.Thread(
             target=self._accept_loop, name="afd-rendezvous", daemon=True
         )
@@ -276,11 +280,13 @@ class RendezvousServer:
         try:
             join = Join.decode(read_message(conn))
         except RendezvousProtocolError as exc:
+            afd_metrics.count_refusal("protocol")
             write_message(conn, refuse(f"not an AFD rendezvous join: {exc}"))
             return None
         if self._secret is not None and not proof_matches(
             client_proof(self._secret, challenge, join.nonce), join.proof
         ):
+            afd_metrics.count_refusal("auth")
             logger.warning(
                 "afd-plugin: the AFD rendezvous at %s refused a peer without the "
                 "deployment's secret (claiming %s)",
@@ -300,6 +306,7 @@ class RendezvousServer:
         if refusal is not None:
             reason, retry = refusal
             if not retry:
+                afd_metrics.count_refusal("admission")
                 logger.warning("afd-plugin: AFD rendezvous refused a join: %s", reason)
             write_message(conn, refuse(reason, retry))
             return None

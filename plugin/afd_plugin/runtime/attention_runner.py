@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING, Any
 
 from vllm.forward_context import get_forward_context, is_forward_context_available
 
+from afd_plugin import metrics as afd_metrics
 from afd_plugin import step_timing
+from afd_plugin.connectors.base import AFDPeerError
 from afd_plugin.evidence import format_dual_ubatch
 from afd_plugin.models import micro_batch
 from afd_plugin.models.forward_metadata import AFDForwardMetadata, install_metadata
-from afd_plugin.runtime import afd_metrics
 from afd_plugin.runtime.role import AFDRoleRunnerMixin
 from afd_plugin.step_kind import MARKED_KINDS, StepKind, resolve_step_kind
 from afd_plugin.step_protocol import (
@@ -35,6 +36,7 @@ from afd_plugin.step_protocol import (
     dual_ubatch_tokens,
     stage_payloads,
 )
+from afd_plugin.wire import AFDWireError
 
 if TYPE_CHECKING:
     from torch import nn
@@ -137,9 +139,14 @@ class AFDAttentionRunnerMixin(AFDRoleRunnerMixin):
 
     def execute_model(self, *args: Any, **kwargs: Any) -> Any:
         call = super().execute_model  # type: ignore[misc]
-        if not _CLOCK.enabled:
-            return call(*args, **kwargs)
-        return self._afd_timed_runner_call(call, args, kwargs, step_starts=True)
+        try:
+            if not _CLOCK.enabled:
+                return call(*args, **kwargs)
+            return self._afd_timed_runner_call(call, args, kwargs, step_starts=True)
+        except (AFDPeerError, AFDWireError, TimeoutError, ConnectionError) as exc:
+            # The step's exchange failed: vLLM's engine ends with it.
+            afd_metrics.count_failure("attention", self.afd_connector.rank, exc)
+            raise
 
     def sample_tokens(self, *args: Any, **kwargs: Any) -> Any:
         call = super().sample_tokens  # type: ignore[misc]

@@ -17,6 +17,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 
+from afd_plugin import metrics as afd_metrics
 from afd_plugin import step_timing
 from afd_plugin.connectors.base import AFDConnector, AFDPeerError, DispatchWork
 from afd_plugin.evidence import format_dual_ubatch
@@ -215,6 +216,8 @@ class FFNDaemon:
         except BaseException as exc:  # any failure ends serving, loudly
             error = exc
             logger.exception("afd-plugin: FFN daemon failed")
+        if error is not None:
+            afd_metrics.count_failure("ffn", self.connector.rank, error)
         self.error = error
         if not self._stopping.is_set():
             self.on_exit(error)

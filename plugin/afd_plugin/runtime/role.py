@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from afd_plugin import metrics as afd_metrics
 from afd_plugin.config import AFDConfig
 from afd_plugin.connectors.registry import AFDConnectorFactory
-from afd_plugin.runtime import afd_metrics
 from afd_plugin.topology import role_rank
 
 if TYPE_CHECKING:
