@@ -82,8 +82,8 @@ ENV_VARS: dict[str, EnvVar] = {
             None,
             "Where a server's engine and workers leave AFD's counters for its "
             "API server's `/metrics`. Set by the server's first process (a "
-            "directory in the temp dir, removed when it exits); its children "
-            "inherit it.",
+            "directory in the temp dir, removed when it exits); its engine and "
+            "workers inherit it, and replace a name from outside the server.",
         ),
         EnvVar(
             "AFD_STEP_TIMING",

@@ -37,14 +37,45 @@ Key = tuple[str, tuple[tuple[str, str], ...]]
 
 
 def claim_directory() -> str:
-    """Name this server's directory unless a parent process already did (the
-    API server runs first; its engine and workers inherit the name). The
-    process that names it removes it when it exits."""
-    if not os.environ.get(ENV):
-        directory = str(Path(tempfile.gettempdir()) / f"afd-metrics-{os.getpid()}")
-        os.environ[ENV] = directory
-        atexit.register(shutil.rmtree, directory, ignore_errors=True)
-    return os.environ[ENV]
+    """Name this server's directory unless one of this process's ancestors
+    (the server's API server; the engine for a worker) already did; the
+    process that names it removes it when it exits. A name inherited from
+    anything else (a shell or test run that loaded the plugin itself) is
+    not this server's and is replaced."""
+    inherited = os.environ.get(ENV)
+    if inherited and _owner(inherited) in _ancestors():
+        return inherited
+    directory = str(Path(tempfile.gettempdir()) / f"{_PREFIX}{os.getpid()}")
+    os.environ[ENV] = directory
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    return directory
+
+
+_PREFIX = "afd-metrics-"
+
+
+def _owner(directory: str) -> int | None:
+    name = Path(directory).name
+    if name.startswith(_PREFIX) and name[len(_PREFIX) :].isdigit():
+        return int(name[len(_PREFIX) :])
+    return None
+
+
+def _ancestors(limit: int = 16) -> set[int | None]:
+    """This process and its ancestors (Linux ``/proc``; elsewhere only the
+    parent, enough for the engine of an API server)."""
+    pids: set[int | None] = {os.getpid(), os.getppid()}
+    pid = os.getppid()
+    for _ in range(limit):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+        if pid <= 1 or pid in pids:
+            break
+        pids.add(pid)
+    return pids
 
 
 def key(name: str, labels: dict[str, str]) -> Key:

@@ -6,6 +6,10 @@ carries them to the API server, and AFD_METRICS=0 leaves everything off."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,6 +22,11 @@ from afd_plugin.metrics_catalog import METRICS, metrics_table
 from afd_plugin.wire import AFDWireError
 
 Read = Callable[..., "float | None"]
+
+
+def server_dir(tmp: Path) -> Path:
+    """The counter directory this process names under ``tmp``."""
+    return tmp / f"afd-metrics-{os.getpid()}"
 
 
 @pytest.fixture
@@ -34,13 +43,14 @@ def from_file(
 ) -> Iterator[Read]:
     """Counters through the server's counter directory (the default)."""
     monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
-    monkeypatch.setenv(metrics_file.ENV, str(tmp_path / "afd-metrics"))
+    monkeypatch.delenv(metrics_file.ENV, raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
     def read(name: str, **labels: str) -> float | None:
         backend = metrics.backend()
         assert isinstance(backend, metrics_file.CounterFile)
         backend.flush()
-        values = metrics_file.read_directory(str(tmp_path / "afd-metrics"))
+        values = metrics_file.read_directory(str(server_dir(tmp_path)))
         return values.get(metrics_file.key(name, labels))
 
     yield read
@@ -102,8 +112,8 @@ def test_the_counter_file_sums_every_process_of_the_server(
     from_file: Read, tmp_path: Path
 ) -> None:
     # Another process of the same server (a second TP worker) wrote its file.
-    directory = tmp_path / "afd-metrics"
     metrics.count_refusal("auth")
+    directory = server_dir(tmp_path)
     (directory / "1.json").write_text(
         json.dumps(
             {
@@ -123,13 +133,27 @@ def test_the_counter_file_sums_every_process_of_the_server(
 
 
 def test_the_first_process_names_the_directory_and_children_inherit_it(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.delenv(metrics_file.ENV, raising=False)
     named = metrics_file.claim_directory()
-    assert named.endswith(f"afd-metrics-{__import__('os').getpid()}")
-    monkeypatch.setenv(metrics_file.ENV, "/elsewhere")
-    assert metrics_file.claim_directory() == "/elsewhere"
+    assert Path(named).name == f"afd-metrics-{os.getpid()}"
+    assert metrics_file.claim_directory() == named  # the same process
+    # A child (the engine of this API server) keeps its parent's directory;
+    # a name from outside its ancestry is replaced.
+    child = (
+        "import os\n"
+        "from afd_plugin import metrics_file\n"
+        "print(metrics_file.claim_directory())\n"
+    )
+    run = [sys.executable, "-c", child]
+    out = subprocess.run(run, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == named
+    stray = str(tmp_path / "afd-metrics-1")  # pid 1 is no server of ours
+    monkeypatch.setenv(metrics_file.ENV, stray)
+    out = subprocess.run(run, capture_output=True, text=True, check=True).stdout
+    assert out.strip() not in (stray, named)
+    assert out.strip().endswith(tuple("0123456789"))
 
 
 def test_off_leaves_the_clock_untimed_and_counts_nothing(
@@ -142,7 +166,7 @@ def test_off_leaves_the_clock_untimed_and_counts_nothing(
     metrics.count_micro_batches("attention", 3, 2)
     metrics.count_failure("attention", 3, AFDPeerError("gone"))
     assert metrics._backend is None
-    assert not (tmp_path / "afd-metrics").exists()
+    assert not server_dir(tmp_path).exists()
 
 
 def test_the_readme_table_lists_every_metric() -> None:

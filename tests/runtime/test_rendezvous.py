@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -250,7 +251,8 @@ def test_a_proof_replayed_on_a_new_connection_is_refused(
     """The proof binds the server's fresh challenge: one recorded on another
     connection does not open this one; the host counts the refusal."""
     monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
-    monkeypatch.setenv(metrics_file.ENV, str(tmp_path))
+    monkeypatch.delenv(metrics_file.ENV, raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setattr(metrics, "_backend", None)
     world = World(SECRET)
     with socket.create_connection(("127.0.0.1", world.port), timeout=5) as first:
@@ -270,7 +272,7 @@ def test_a_proof_replayed_on_a_new_connection_is_refused(
         for reason in ("auth", "protocol", "admission")
     }
     refusals[metrics_file.key("afd:rendezvous_refusals", {"reason": "auth"})] = 1.0
-    assert metrics_file.read_directory(str(tmp_path)) == refusals
+    assert metrics_file.read_directory(metrics_file.claim_directory()) == refusals
     counters.close()
     world.host.close()
 

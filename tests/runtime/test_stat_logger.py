@@ -5,6 +5,8 @@ which shows what the engine's processes wrote, on an AFD server only."""
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -66,14 +68,16 @@ def test_only_an_afd_server_exposes_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
-    monkeypatch.setenv("AFD_METRICS_DIR", str(tmp_path))
+    monkeypatch.delenv("AFD_METRICS_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setattr(stat_logger, "_collector", None)
     registered: list[object] = []
     monkeypatch.setattr(stat_logger.REGISTRY, "register", registered.append)
     plain = stat_logger.AFDStatLogger(config({}), [0])  # type: ignore[arg-type]
     assert plain.collector is None and not registered
     afd = stat_logger.AFDStatLogger(config({"afd": {"role": "ffn"}}), [0])  # type: ignore[arg-type]
-    assert afd.collector is not None and afd.collector.directory == str(tmp_path)
+    assert afd.collector is not None
+    assert afd.collector.directory == str(tmp_path / f"afd-metrics-{os.getpid()}")
     # One collector per API server, however many engines it logs for.
     again = stat_logger.AFDStatLogger(config({"afd": {"role": "ffn"}}), [1])  # type: ignore[arg-type]
     assert again.collector is afd.collector and registered == [afd.collector]
