@@ -257,8 +257,13 @@ def _mark_afd_logs(plan: LaunchPlan) -> dict[Path, int]:
     )
 
 
-def _dual_ubatch(marks: dict[Path, int]) -> CheckResult:
-    evidence = check_dual_ubatch(marks)
+def _dual_ubatch(marks: dict[Path, int], scenario: Scenario) -> CheckResult:
+    """Every AFD rank of both roles must have logged a split step: with
+    attention DP > 1 each rank splits its own steps."""
+    topology = scenario.topology
+    expected = [f"attention:{r}" for r in range(topology.attention.ranks)]
+    expected += [f"ffn:{r}" for r in range(topology.ffn.ranks)]
+    evidence = check_dual_ubatch(marks, expect_keys=expected)
     return CheckResult(
         "dual_ubatch_evidence",
         evidence.passed,
@@ -310,7 +315,7 @@ def execute(
                 report.checks.append(_cancel_recover(plan, scenario))
                 procs.check_alive("the cancel-and-recover check")
             if marks is not None:
-                report.checks.append(_dual_ubatch(marks))
+                report.checks.append(_dual_ubatch(marks, scenario))
             if scenario.checks.cold_restart is not None:
                 report.checks.append(_cold_restart(plan, scenario, procs))
                 procs.check_alive("the cold-restart check")

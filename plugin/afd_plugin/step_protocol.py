@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from afd_plugin.step_kind import StepKind
-from afd_plugin.wire import AFDControlPayload
+from afd_plugin.wire import AFDControlPayload, AFDWireError
 
 
 def block_token_counts(
@@ -106,3 +106,66 @@ def dual_ubatch_tokens(payloads: Sequence[AFDControlPayload]) -> tuple[int, ...]
     if sum(1 for t in totals if t > 0) < 2:
         return None
     return totals
+
+
+def request_boundary_split(
+    tokens_per_request: Sequence[int], stages: int
+) -> tuple[int, ...] | None:
+    """Tokens of each micro-batch when a step of requests with these token
+    counts splits into ``stages`` at vLLM's even token split points
+    (``total // stages`` apart, as its ubatch slicing cuts), or None when a
+    cut would fall inside a request (prefill rows, or several draft tokens
+    per request), or would leave a micro-batch empty. The one rule both the
+    CPU micro-batches and every attention rank of a block follow: a request's
+    rows never span two micro-batches."""
+    total = sum(tokens_per_request)
+    if stages < 2 or len(tokens_per_request) < stages or total < stages:
+        return None
+    step = total // stages
+    boundaries = set()
+    start = 0
+    for count in tokens_per_request:
+        start += count
+        boundaries.add(start)
+    cuts = [step * i for i in range(1, stages)]
+    if any(cut not in boundaries for cut in cuts):
+        return None
+    edges = [0, *cuts, total]
+    sizes = tuple(edges[i + 1] - edges[i] for i in range(stages))
+    return sizes if all(sizes) else None
+
+
+def merge_block_payloads(
+    payloads: Sequence[AFDControlPayload],
+) -> AFDControlPayload:
+    """One stage of a block, assembled from the payloads its attention ranks
+    sent, in block order: each rank is authoritative for its own rows (its
+    entry of ``token_counts``), because with micro-batches each rank splits its
+    own step and knows no other rank's split. The ranks must agree on the
+    stage and the step kind, and in a graph step on the padded size."""
+    first = payloads[0]
+    width = len(first.token_counts)
+    if len(payloads) != width:
+        raise AFDWireError(
+            f"{len(payloads)} control payloads for a block of {width} attention ranks"
+        )
+    for index, other in enumerate(payloads[1:], start=1):
+        if (other.stage_key, other.kind) != (first.stage_key, first.kind):
+            raise AFDWireError(
+                f"attention ranks of one block disagree: block rank 0 sent "
+                f"{first}, block rank {index} sent {other}"
+            )
+        if first.is_graph and other.max_count != first.max_count:
+            raise AFDWireError(
+                f"attention ranks of one block disagree on the padded graph size: "
+                f"{first.max_count} (block rank 0), {other.max_count} "
+                f"(block rank {index})"
+            )
+        if len(other.token_counts) != width:
+            raise AFDWireError(
+                f"block rank {index} lists {len(other.token_counts)} token counts, "
+                f"block rank 0 lists {width}"
+            )
+    counts = tuple(p.token_counts[i] for i, p in enumerate(payloads))
+    max_count = first.max_count if first.is_graph else max(counts)
+    return AFDControlPayload.of_kind(first.kind, first.stage_key, counts, max_count)

@@ -307,13 +307,6 @@ def _check_dbo(
             path,
             f"{cfg.connector} has no control plane to announce the micro-batches",
         )
-    if cfg.is_attention and dep.dp != 1:
-        _e(
-            errors,
-            f"{DEP}.dp",
-            f"CPU micro-batches split one attention rank's step; attention DP must "
-            f"be 1 with micro_batches: 2, got {dep.dp}",
-        )
 
 
 def _refuse(

@@ -145,14 +145,16 @@ def test_main_job_passes_parity_and_gsm8k_agreement(
         assert max(teardown["role_exit_s"].values()) <= teardown["duration_s"] <= 20
 
 
-@pytest.mark.parametrize("scenario", ["cpu-dbo-1a1f", "cpu-dbo-1a1f-qwen3.5"])
+@pytest.mark.parametrize("scenario", ["cpu-dbo-2a1f", "cpu-dbo-1a1f-qwen3.5"])
 def test_the_cpu_dbo_scenario_splits_steps_and_keeps_the_answers(
     scenario: str, tmp_path: Path, tiny_model_root: Path
 ) -> None:
-    """The CPU DBO scenarios (Qwen3-MoE; Qwen3.5-MoE, whose linear-attention
-    state is split with the batch) under AFD-I12's DBO floors: 24 GSM8K
-    samples at 12 concurrent requests, every AFD answer equal to the colocated
-    one, and both roles logged steps that really ran two micro-batches."""
+    """The CPU DBO scenarios (Qwen3-MoE on two attention DP ranks, each
+    splitting its own steps; Qwen3.5-MoE, whose linear-attention state is
+    split with the batch) under AFD-I12's DBO floors: 24 GSM8K samples at 12
+    concurrent requests, every AFD answer equal to the colocated one, and
+    every rank of both roles logged steps that really ran two micro-batches.
+    (cpu-dbo-1a1f's one-rank split runs in test_micro_batches.py.)"""
     results = run_scenario(scenario, tmp_path / "run", tiny_model_root)
     stderr = results.pop("_stderr")
     checks = {c["name"]: c for c in results["checks"]}
@@ -167,5 +169,7 @@ def test_the_cpu_dbo_scenario_splits_steps_and_keeps_the_answers(
     assert evidence["passed"], evidence
     records = evidence["figures"]
     assert records["attention:0"] > 0 and records["ffn:0"] > 0
+    if scenario == "cpu-dbo-2a1f":
+        assert records["attention:1"] > 0
     assert results["teardown"]["escalated"] == []
     assert processes_with_marker(results["run_id"]) == []

@@ -41,6 +41,7 @@ CATALOGUE_IDS = {
     "cpu-eager-1a1f-qwen3.5",
     "cpu-eager-2a1f-qwen3.5",
     "cpu-dbo-1a1f-qwen3.5",
+    "cpu-dbo-2a1f",
     "cpu-eager-1a1f-kimi-k2",
     "cpu-eager-1a1f-camp2p",
     "cpu-eager-1a1f-camasync",

@@ -6,7 +6,9 @@ the bytes that go on the wire.
 
 from __future__ import annotations
 
+import itertools
 import json
+import random
 
 import pytest
 
@@ -16,12 +18,19 @@ from afd_plugin.step_protocol import (
     block_token_counts,
     dual_ubatch_tokens,
     live_stages,
+    merge_block_payloads,
+    request_boundary_split,
     stage_payloads,
     stage_rows,
     step_payload,
 )
 from afd_plugin.topology import attention_block, ffn_rank_for_attention
-from afd_plugin.wire import AFDWireError, decode_payload, encode_payload
+from afd_plugin.wire import (
+    AFDControlPayload,
+    AFDWireError,
+    decode_payload,
+    encode_payload,
+)
 
 
 def test_without_dp_every_rank_of_the_block_sends_the_local_count() -> None:
@@ -130,3 +139,63 @@ def test_wire_bytes_are_canonical_json_of_primitives() -> None:
     assert decode_payload(data) == payload
     with pytest.raises(AFDWireError):
         decode_payload(data.replace(b'"max_count":4', b'"max_count":1'))
+
+
+# -- the split rule and the block's stages ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tokens", "stages", "split"),
+    [
+        ([1, 1, 1, 1], 2, (2, 2)),  # decodes: half the requests each
+        ([1, 1, 1], 2, (1, 2)),  # odd: vLLM's cut at total // 2
+        ([1], 2, None),  # one request is never split
+        ([], 2, None),
+        ([3, 3], 2, (3, 3)),  # two verify rows each (n-gram): a boundary
+        ([3, 3, 3], 2, None),  # the cut at 4 falls inside the second request
+        ([5, 1, 1, 1], 2, None),  # a prefill across the cut
+        ([1, 1, 6], 2, None),
+        ([4, 1, 1, 1, 1], 2, (4, 4)),  # a prefill ending at the cut: whole
+        ([1, 1, 1, 1], 1, None),
+    ],
+)
+def test_request_boundary_split(
+    tokens: list[int], stages: int, split: tuple[int, ...] | None
+) -> None:
+    assert request_boundary_split(tokens, stages) == split
+
+
+def test_request_boundary_split_never_cuts_a_request() -> None:
+    rng = random.Random(7)
+    for _ in range(2000):
+        tokens = [rng.choice((1, 1, 1, 2, 3, 17)) for _ in range(rng.randint(0, 9))]
+        sizes = request_boundary_split(tokens, 2)
+        if sizes is None:
+            continue
+        edges = set(itertools.accumulate(tokens))
+        assert sizes[0] in edges and sum(sizes) == sum(tokens) and min(sizes) > 0
+
+
+def own(counts: tuple[int, ...], index: int, stage: int = 0) -> AFDControlPayload:
+    """Block rank ``index``'s payload: its own count, zeros for the others."""
+    mine = tuple(c if i == index else 0 for i, c in enumerate(counts))
+    return step_payload(mine, StepKind.EAGER, stage)
+
+
+def test_a_block_stage_takes_each_ranks_own_rows() -> None:
+    merged = merge_block_payloads([own((3, 0, 5), i, 1) for i in range(3)])
+    assert merged.token_counts == (3, 0, 5) and merged.max_count == 5
+    assert merged.stage_key == 1 and merged.kind is StepKind.EAGER
+    # Ranks that know every count (vLLM's DP metadata) agree with it.
+    full = [step_payload((2, 4), StepKind.EAGER) for _ in range(2)]
+    assert merge_block_payloads(full) == full[0]
+
+
+def test_a_block_disagreeing_on_stage_or_kind_is_a_wire_error() -> None:
+    with pytest.raises(AFDWireError, match="block rank 1 sent"):
+        merge_block_payloads([own((1, 1), 0, 0), own((1, 1), 1, 1)])
+    warm = step_payload((0, 1), StepKind.WARMUP)
+    with pytest.raises(AFDWireError, match="disagree"):
+        merge_block_payloads([own((1, 1), 0), warm])
+    with pytest.raises(AFDWireError, match="3 control payloads for a block of 2"):
+        merge_block_payloads([own((1, 1), 0)] * 3)

@@ -320,9 +320,18 @@ def test_two_micro_batches_on_the_cpu_are_the_afd_field() -> None:
     # The CPU switch elsewhere names vLLM's flag.
     found = messages(micro("P2pNcclAFDConnector"), dep("P2pNcclAFDConnector"))
     assert "--enable-dbo" in found["additional_config.afd.micro_batches"]
-    # One attention rank per step split; the FFN role is not constrained.
-    found = messages(micro(gloo), dep(gloo, dp=2))
-    assert "attention DP must be 1" in found["deployment.dp"]
+    # Every attention rank splits its own step: attention DP > 1 runs too.
+    attention_dp2 = parse_afd_config(
+        {
+            "afd": {
+                "role": "attention",
+                "connector": gloo,
+                "micro_batches": 2,
+                "num_attention_ranks": 2,
+            }
+        }
+    )
+    assert paths(attention_dp2, dep(gloo, dp=2)) == set()
     ffn_dp2 = parse_afd_config(
         {
             "afd": {

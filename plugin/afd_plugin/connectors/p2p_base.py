@@ -16,7 +16,7 @@ import torch
 from afd_plugin.config import AFDConfig
 from afd_plugin.connectors.base import AFDConnector, AFDControlPlane
 from afd_plugin.connectors.gloo_world import GlooWorld
-from afd_plugin.step_protocol import stage_rows
+from afd_plugin.step_protocol import merge_block_payloads, stage_rows
 from afd_plugin.topology import WorldLayout, attention_block, ffn_rank_for_attention
 from afd_plugin.wire import (
     AFDControlPayload,
@@ -130,15 +130,15 @@ class P2pControlPlane(AFDControlPlane):
             body = torch.empty(check_length(int(length.item())), dtype=torch.uint8)
             path.recv(body, peer, TAG_CONTROL_BYTES, what)
             payloads.append((peer, decode_payload(body.numpy().tobytes())))
-        first_peer, first = payloads[0]
-        for peer, other in payloads[1:]:
-            if other != first:
-                raise AFDWireError(
-                    f"{world.me()}: attention ranks of one block disagree after "
-                    f"step {c.step}: {world.describe(first_peer)} sent {first}, "
-                    f"{world.describe(peer)} sent {other}"
-                )
-        return first
+        try:
+            # Each attention rank announces its own rows (with micro-batches
+            # it splits its own step); the block's stage is their union.
+            return merge_block_payloads([p for _, p in payloads])
+        except AFDWireError as exc:
+            sent = "; ".join(f"{world.describe(peer)} sent {p}" for peer, p in payloads)
+            raise AFDWireError(
+                f"{world.me()} after step {c.step}: {exc} ({sent})"
+            ) from None
 
 
 class P2pAFDConnectorBase(AFDConnector):

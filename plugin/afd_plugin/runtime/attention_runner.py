@@ -223,9 +223,10 @@ class AFDAttentionRunnerMixin(AFDRoleRunnerMixin):
     def afd_plan_step(
         self, num_tokens: int, ubatch_sizes: list[int] | None, runs_graph: bool
     ) -> tuple[AFDControlPayload, ...]:
-        """The payloads of one step, one per stage agreed at rendezvous.
-        Micro-batches have the same size on every DP rank (vLLM pads them
-        alike), so each stage announces that size for the whole block."""
+        """The payloads of one step, one per stage agreed at rendezvous. A
+        split step announces this rank's micro-batches at its own entry of the
+        block (the others' entries 0: each rank splits its own step; vLLM's
+        CUDA DBO pads them alike, its CPU counterpart does not)."""
         connector = self.afd_connector
         spec = connector.spec
         stages = spec.stages if spec is not None else 1
@@ -234,8 +235,14 @@ class AFDAttentionRunnerMixin(AFDRoleRunnerMixin):
             # own token count, so the payload only records this rank's step.
             stage_counts = [(num_tokens,)]
         elif ubatch_sizes:
-            width = len(self._afd_block())
-            stage_counts = [(n,) * width for n in ubatch_sizes]
+            # Each rank announces its own micro-batches; its FFN rank takes
+            # every rank's own entry (step_protocol.merge_block_payloads).
+            block = self._afd_block()
+            own = block.index(connector.rank)
+            stage_counts = [
+                tuple(n if i == own else 0 for i in range(len(block)))
+                for n in ubatch_sizes
+            ]
         else:
             stage_counts = [self._afd_counts(num_tokens)]
         kind = resolve_step_kind(self._afd_step_kind, runs_graph, self._afd_capturing)

@@ -20,6 +20,7 @@ from afd_plugin.runtime.cpu.micro_batches import CPUMicroBatchModel
 from afd_plugin.runtime.ffn_runner import AFDFFNRunnerMixin
 from afd_plugin.runtime.model_loading import load_role_model
 from afd_plugin.step_kind import StepKind
+from afd_plugin.step_protocol import request_boundary_split
 
 if TYPE_CHECKING:
     import numpy as np
@@ -74,10 +75,18 @@ class AFDAttentionCPUModelRunner(AFDAttentionRunnerMixin, CPUModelRunner):
         *args: Any,
         **kwargs: Any,
     ) -> Any:
-        """vLLM splits steps only across DP ranks; with one attention rank
-        (what the validator allows with CPU micro-batches) the split is
-        decided here: a decode-only step of two or more requests and at least
-        ``--dbo-decode-token-threshold`` tokens, unless vLLM vetoed it."""
+        """Each attention rank splits its own step. vLLM's DP coordination
+        would split every DP rank or none, padded alike (its CUDA DBO); here
+        it only syncs the ranks' token counts, unpadded, and each rank splits
+        a decode-only step of two or more requests and at least
+        ``--dbo-decode-token-threshold`` tokens, unless vLLM vetoed it or
+        vLLM's even token cut would fall inside a request
+        (``step_protocol.request_boundary_split``). Its FFN rank assembles
+        each stage from the ranks' own announcements, zeros included."""
+        count = self.afd_config.micro_batches
+        allow = kwargs.get("allow_microbatching", True)
+        if count > 1:
+            kwargs["allow_microbatching"] = False
         result = super()._determine_batch_execution_and_padding(
             num_tokens,
             num_reqs,
@@ -86,7 +95,7 @@ class AFDAttentionCPUModelRunner(AFDAttentionRunnerMixin, CPUModelRunner):
             *args,
             **kwargs,
         )
-        if self.afd_config.micro_batches < 2:
+        if count < 2:
             return result
         mode, descriptor, _, across_dp, stats = result
         uniform_decode = self._is_uniform_decode(
@@ -97,10 +106,14 @@ class AFDAttentionCPUModelRunner(AFDAttentionRunnerMixin, CPUModelRunner):
             force_uniform_decode=kwargs.get("force_uniform_decode"),
         )
         split = (
-            kwargs.get("allow_microbatching", True)
+            allow
             and uniform_decode
-            and num_reqs >= self.afd_config.micro_batches
+            and descriptor.num_tokens == num_tokens  # no padding to cut
             and check_ubatch_thresholds(self.parallel_config, num_tokens, True)
+            and request_boundary_split(
+                [int(n) for n in num_scheduled_tokens_np[:num_reqs]], count
+            )
+            is not None
         )
         return mode, descriptor, bool(split), across_dp, stats
 
