@@ -27,9 +27,11 @@ def greedy_token_ids(
     prompts: Sequence[str],
     max_tokens: int,
     timeout_s: float,
+    dp_rank: int | None = None,
 ) -> list[list[int]]:
     """Generated token ids per prompt of one request (temperature 0,
-    ``ignore_eos``), in prompt order."""
+    ``ignore_eos``), in prompt order; ``dp_rank`` routes it to that DP rank
+    of the server (vLLM's ``X-data-parallel-rank`` header)."""
     body = {
         "model": model,
         "prompt": prompts[0] if len(prompts) == 1 else list(prompts),
@@ -38,7 +40,8 @@ def greedy_token_ids(
         "return_token_ids": True,
         "ignore_eos": True,
     }
-    answer = post_completion(base_url, body, timeout_s)
+    headers = {} if dp_rank is None else {"X-data-parallel-rank": str(dp_rank)}
+    answer = post_completion(base_url, body, timeout_s, headers)
     choices = sorted(answer.get("choices", []), key=lambda c: c.get("index", 0))
     if len(choices) != len(prompts):
         raise ValueError(f"{len(choices)} choices for {len(prompts)} prompt(s)")
@@ -48,20 +51,26 @@ def greedy_token_ids(
     return [[int(t) for t in i] for i in ids]
 
 
-def _request(base_url: str, body: Mapping[str, Any]) -> urllib.request.Request:
+def _request(
+    base_url: str, body: Mapping[str, Any], headers: Mapping[str, str] | None = None
+) -> urllib.request.Request:
     return urllib.request.Request(
         base_url.rstrip("/") + "/v1/completions",
         data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", **(headers or {})},
         method="POST",
     )
 
 
 def post_completion(
-    base_url: str, body: Mapping[str, Any], timeout_s: float
+    base_url: str,
+    body: Mapping[str, Any],
+    timeout_s: float,
+    headers: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The server's JSON answer to one completions request, as it came."""
-    with _OPENER.open(_request(base_url, body), timeout=timeout_s) as response:
+    request = _request(base_url, body, headers)
+    with _OPENER.open(request, timeout=timeout_s) as response:
         return json.loads(response.read())
 
 

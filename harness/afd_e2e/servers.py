@@ -170,12 +170,14 @@ class VllmServer:
         prompts: Sequence[str],
         max_tokens: int = 16,
         timeout_s: float = REQUEST_TIMEOUT_S,
+        dp_rank: int | None = None,
     ) -> list[list[int]]:
         """Greedy completions of ``prompts`` in one request (never retried);
-        the generated token ids in prompt order."""
+        the generated token ids in prompt order. ``dp_rank``: served by that
+        DP rank of a server with several."""
         try:
             return greedy_token_ids(
-                self.base_url, self.model, prompts, max_tokens, timeout_s
+                self.base_url, self.model, prompts, max_tokens, timeout_s, dp_rank
             )
         except OSError as exc:  # HTTPError and URLError too; the caller decides
             exc.add_note(f"{self.name}: completion failed\n{self.log_tail(20)}")
