@@ -162,3 +162,35 @@ def clock(role: str) -> StepClock:
     if role not in _clocks:
         _clocks[role] = StepClock(role, envs.get("AFD_STEP_TIMING"), _DERIVE.get(role))
     return _clocks[role]
+
+
+FFN_BUSY_PARTS = ("compute", "send")
+"""The FFN role's parts that are work; ``control`` and ``recv`` wait for the
+attention side."""
+
+
+def overlap(attention: dict[str, float], ffn: dict[str, float]) -> dict[str, float]:
+    """How well the two roles overlap, from both roles' per-step means in ms
+    (``step_ms`` and the parts, as the timing lines give them):
+
+    - ``attention_busy_ms``: the attention step less its ``wait`` for the FFN;
+    - ``attention_wait_ms``: that wait (with two micro-batches, only while
+      neither micro-batch can run);
+    - ``ffn_busy_ms``: the FFN role's ``compute`` and ``send`` per step (one
+      FFN step serves one step of every attention rank of its block);
+    - ``pipeline_efficiency``: ``max(attention busy, FFN busy) / step``: 1
+      when the busier role never waits, the figure two micro-batches raise.
+    """
+    step = attention["step_ms"]
+    if step <= 0:
+        raise ValueError(f"the attention step must take time, got {step} ms")
+    wait = attention.get("wait", 0.0)
+    busy = step - wait
+    ffn_busy = sum(ffn.get(p, 0.0) for p in FFN_BUSY_PARTS)
+    return {
+        "step_ms": step,
+        "attention_busy_ms": busy,
+        "attention_wait_ms": wait,
+        "ffn_busy_ms": ffn_busy,
+        "pipeline_efficiency": max(busy, ffn_busy) / step,
+    }

@@ -64,6 +64,11 @@ def test_profile_writes_a_calibration_the_planner_fits(
         lines = window["timing_lines"]
         assert len(lines["attention"]) == 3
         assert lines["ffn"] and all("role=ffn" in ln for ln in lines["ffn"])
+        # How the roles overlapped: one micro-batch, so the attention role
+        # waits for every FFN layer and the efficiency stays below 1.
+        fit = window["overlap"]
+        assert fit["attention_wait_ms"] > 0 and fit["ffn_busy_ms"] > 0
+        assert 0 < fit["pipeline_efficiency"] < 1
     # The file the planner reads, and what it fits from it.
     calibration = run_dir / "calibration.csv"
     fits = load_calibration(calibration)

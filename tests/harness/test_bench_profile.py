@@ -220,7 +220,6 @@ def test_bad_profile_options_are_all_reported(capsys: pytest.CaptureFixture) -> 
     ("scenario", "why"),
     [
         ("cpu-eager-2a1f", "runs 2A1F; a calibration is measured on 1A1F"),
-        ("cpu-dbo-1a1f", "runs 1A1F with two micro-batches"),
         ("cpu-eager-1a1f-camasync", "has no control plane"),
     ],
 )

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from afd_plugin import envs
+from afd_plugin import envs, step_timing
 from afd_plugin.step_timing import (
     ATTENTION_PARTS,
     StepClock,
@@ -111,3 +111,22 @@ def test_a_sink_gets_every_step_and_turns_the_timing_on() -> None:
     # The next step starts empty.
     assert clock.step(now=1.02) is None
     assert sum(seen[1].values()) == 0.0
+
+
+def test_overlap_of_the_two_roles() -> None:
+    attention = {"step_ms": 10.0, "wait": 4.0, "compute": 3.0, "send": 1.0}
+    ffn = {"step_ms": 10.0, "control": 2.0, "recv": 3.0, "compute": 4.5, "send": 0.5}
+    got = step_timing.overlap(attention, ffn)
+    assert got == {
+        "step_ms": 10.0,
+        "attention_busy_ms": 6.0,
+        "attention_wait_ms": 4.0,
+        "ffn_busy_ms": 5.0,
+        "pipeline_efficiency": 0.6,
+    }
+    # The FFN the busier role: its busy time over the step.
+    assert step_timing.overlap(attention, {**ffn, "compute": 8.5})[
+        "pipeline_efficiency"
+    ] == 0.9
+    with pytest.raises(ValueError, match="must take time"):
+        step_timing.overlap({"step_ms": 0.0}, ffn)

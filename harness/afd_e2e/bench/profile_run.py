@@ -46,6 +46,7 @@ from afd_e2e.launch import LaunchPlan, RoleLaunch
 from afd_e2e.procs import ProcessManager, ProcessSpec, RoleError
 from afd_e2e.readiness import Probe, attention_api_probe, health_probe
 from afd_e2e.scenario import Scenario
+from afd_plugin.step_timing import overlap
 
 TIMING_ENV = "AFD_STEP_TIMING"
 POLL_S = 0.05
@@ -240,6 +241,7 @@ def _window_record(
         "waiting": [first.values["waiting"], last.values["waiting"]],
         "preemptions": last.delta(first, "preemptions"),
         "per_step_ms": means,
+        "overlap": overlap(means["attention"], means["ffn"]),
         "row": row_json(row),
         "timing_lines": {
             role: [ln for ln in t.splitlines() if "AFD_STEP_TIMING" in ln]
@@ -256,7 +258,10 @@ def _profile_windows(
     options: ProfileOptions,
     report: ProfileReport,
     say: Say,
+    calibrate: bool = True,
 ) -> None:
+    """Measure every concurrency; ``calibrate``: its rows go to the
+    calibration (one micro-batch per step only)."""
     config = json.loads((Path(plan.model_path) / "config.json").read_text())
     vocab = int(config["vocab_size"])
     logs = procs.run_dir
@@ -287,14 +292,20 @@ def _profile_windows(
             report.errors.append(str(exc))
             continue
         report.windows.append(record)
-        problems = row_problems(row, concurrency)
-        report.warnings += problems
-        if not problems:
-            report.rows.append(row)
+        if calibrate:
+            problems = row_problems(row, concurrency)
+            report.warnings += problems
+            if not problems:
+                report.rows.append(row)
+        fit = record["overlap"]
         say(
             f"afd-e2e bench --profile: concurrency {concurrency}: batch "
             f"{row.batch:.2f}, per layer attention {row.attention_s * 1e6:.0f} us, "
-            f"FFN {row.ffn_s * 1e6:.0f} us, exchange {row.exchange_s * 1e6:.0f} us"
+            f"FFN {row.ffn_s * 1e6:.0f} us, exchange {row.exchange_s * 1e6:.0f} us; "
+            f"per step {fit['step_ms']:.2f} ms: attention busy "
+            f"{fit['attention_busy_ms']:.2f}, waiting for the FFN "
+            f"{fit['attention_wait_ms']:.2f}, FFN busy {fit['ffn_busy_ms']:.2f}, "
+            f"pipeline efficiency {fit['pipeline_efficiency']:.2f}"
         )
 
 
@@ -327,7 +338,13 @@ def run_profile(
                 scenario.timeouts.startup_s,
             )
             api = next(r for r in roles if r.role == "attention")
-            _profile_windows(plan, procs, api, options, report, say)
+            calibrate = not scenario.dbo.enabled
+            if not calibrate:
+                report.warnings.append(
+                    "two micro-batches per step: the windows report the roles' "
+                    "overlap; calibration rows come from one micro-batch per step"
+                )
+            _profile_windows(plan, procs, api, options, report, say, calibrate)
         except RoleError as exc:
             report.errors.append(f"afd: {exc}")
         except Interrupted as exc:
