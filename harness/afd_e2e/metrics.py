@@ -33,3 +33,37 @@ def metric_sum(text: str, name: str, **labels: str) -> float:
     if not found:
         raise KeyError(f"{name} is not in the scraped metrics")
     return total
+
+
+def afd_step_ms(before: str, after: str, role: str) -> dict[str, float]:
+    """Per-step means (ms) of ``role``'s step parts between two scrapes of
+    its server (``afd:step_part_seconds_total`` over ``afd:steps_total``,
+    summed over the server's ranks), with ``step_ms`` their sum: the parts
+    tile the step. Raises ``ValueError`` when the role ran no step."""
+    steps = metric_sum(after, "afd:steps_total", role=role) - metric_sum(
+        before, "afd:steps_total", role=role
+    )
+    if steps <= 0:
+        raise ValueError(f"the {role} role ran no step between the scrapes")
+    parts = sorted(set(_role_parts(after, role)))
+    out = {
+        part: 1e3
+        * (
+            metric_sum(after, "afd:step_part_seconds_total", role=role, part=part)
+            - metric_sum(before, "afd:step_part_seconds_total", role=role, part=part)
+        )
+        / steps
+        for part in parts
+    }
+    out["step_ms"] = sum(out.values())
+    out["steps"] = steps
+    return out
+
+
+def _role_parts(text: str, role: str) -> list[str]:
+    pattern = re.compile(
+        rf'^afd:step_part_seconds_total\{{(?=[^}}]*role="{re.escape(role)}")'
+        r'[^}]*part="(\w+)"',
+        re.M,
+    )
+    return pattern.findall(text)

@@ -62,4 +62,11 @@ def test_bench_measures_both_deployments_with_one_workload(
     attention_log = (run_dir / "afd" / "attention-0.log").read_text(errors="replace")
     assert "AFD attention rank 0 joined the AFD world" in attention_log
     assert "AFD/colocated" in done.stderr  # the side-by-side table
+    # How the roles overlapped in each run, from their afd:* counters: one
+    # micro-batch, so the attention role waited for the FFN in every layer.
+    for concurrency in ("1", "4"):
+        fit = saved["overlap"][concurrency]
+        assert fit["attention_wait_ms"] > 0 and fit["ffn_busy_ms"] > 0
+        assert 0 < fit["pipeline_efficiency"] < 1
+    assert "pipeline eff" in done.stderr
     assert processes_with_marker(saved["run_id"]) == []

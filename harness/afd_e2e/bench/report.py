@@ -28,6 +28,9 @@ class BenchReport:
         default_factory=lambda: {d: {} for d in DEPLOYMENTS}
     )
     """deployment -> concurrency -> the serving benchmark's result JSON."""
+    overlap: dict[int, dict[str, float]] = field(default_factory=dict)
+    """concurrency -> how the AFD roles overlapped during that run
+    (``afd_plugin.step_timing.overlap``, from their afd:* counters)."""
     errors: list[str] = field(default_factory=list)
     teardown: dict[str, list[str]] = field(default_factory=dict)
     """deployment -> teardown problems (a SIGKILL fails the run)."""
@@ -52,6 +55,7 @@ class BenchReport:
             "ratio_output_throughput": {
                 str(c): self.ratio(c) for c in self.options.concurrency
             },
+            "overlap": {str(c): o for c, o in self.overlap.items()},
             "errors": self.errors,
             "teardown": self.teardown,
         }
@@ -76,6 +80,7 @@ def summary(report: BenchReport) -> dict[str, Any]:
         tpot = [row[d]["p50_tpot_ms"] for d in ("afd", "colocated")]
         row["ratio_output_throughput"] = report.ratio(c)
         row["ratio_tpot_p50"] = tpot[0] / tpot[1] if all(tpot) else None
+        row["afd_overlap"] = report.overlap.get(c)
         rows[str(c)] = row
     return {
         "scenario": report.scenario_id,
@@ -106,6 +111,7 @@ def _num(result: Mapping[str, Any] | None, key: str, fmt: str = "{:.1f}") -> str
 def table(report: BenchReport) -> str:
     """The side-by-side table, one row per concurrency."""
     header = ["conc", "colocated tok/s", "AFD tok/s", "AFD/colocated"]
+    header += ["AFD step ms", "attn wait ms", "FFN busy ms", "pipeline eff"]
     for metric in METRICS:
         for p in PERCENTILES:
             header.append(f"{metric.upper()} p{p} ms (coloc / AFD)")
@@ -119,6 +125,16 @@ def table(report: BenchReport) -> str:
             _num(colocated, "output_throughput"),
             _num(afd, "output_throughput"),
             "-" if ratio is None else f"{ratio:.2f}",
+        ]
+        fit = report.overlap.get(c)
+        row += [
+            _num(fit, key, "{:.2f}")
+            for key in (
+                "step_ms",
+                "attention_wait_ms",
+                "ffn_busy_ms",
+                "pipeline_efficiency",
+            )
         ]
         for metric in METRICS:
             for p in PERCENTILES:

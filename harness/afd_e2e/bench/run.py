@@ -16,9 +16,11 @@ from pathlib import Path
 from afd_e2e.bench.options import BenchOptions, client_argv
 from afd_e2e.bench.report import BenchReport
 from afd_e2e.launch import LaunchPlan, RoleLaunch
+from afd_e2e.metrics import afd_step_ms, scrape
 from afd_e2e.procs import ProcessManager, ProcessSpec, RoleError, tail_lines
 from afd_e2e.readiness import Probe, attention_api_probe, health_probe
 from afd_e2e.scenario import Scenario
+from afd_plugin.step_timing import overlap
 
 PROGRESS_EVERY_S = 5.0
 PHASES: dict[str, tuple[str, ...]] = {
@@ -95,7 +97,11 @@ def _phase(
             scenario.timeouts.startup_s,
         )
         api = next(r for r in roles if r.role != "ffn")
+        afd_roles = [
+            r for r in roles if r.role in ("attention", "ffn") and not r.headless
+        ]
         for concurrency in options.concurrency:
+            before = _scrape_roles(afd_roles)
             label = f"{deployment} concurrency {concurrency}"
             say(f"afd-e2e bench: {label}: {options.num_prompts} requests")
             out = run_dir / f"serve-c{concurrency}.json"
@@ -117,11 +123,33 @@ def _phase(
             if result.get("failed"):
                 report.errors.append(f"{label}: {result['failed']} requests failed")
             report.results[deployment][concurrency] = result
+            if before:
+                try:
+                    fit = _overlap(before, _scrape_roles(afd_roles))
+                except (ValueError, KeyError, OSError) as exc:
+                    say(f"afd-e2e bench: {label}: no overlap figures: {exc}")
+                else:
+                    report.overlap[concurrency] = fit
     except RoleError as exc:
         report.errors.append(f"{deployment}: {exc}")
     finally:
         record = procs.stop()
         report.teardown[deployment] = record.problems()
+
+
+def _scrape_roles(roles: list[RoleLaunch]) -> dict[str, str]:
+    """The ``/metrics`` of every AFD role server with an API server, joined
+    per role (the counters of a role's servers add up)."""
+    texts: dict[str, list[str]] = {}
+    for r in roles:
+        texts.setdefault(r.role, []).append(scrape(r.base_url))
+    return {role: "\n".join(t) for role, t in texts.items()}
+
+
+def _overlap(before: dict[str, str], after: dict[str, str]) -> dict[str, float]:
+    """How the roles overlapped during one run, from their AFD counters."""
+    means = {role: afd_step_ms(before[role], after[role], role) for role in after}
+    return overlap(means["attention"], means["ffn"])
 
 
 def run_bench(
