@@ -26,7 +26,7 @@ from typing import Any
 from afd_e2e.launch import cpu_share, free_port, host_cpus
 from afd_e2e.servers import CPU_ENV, VllmServer, VllmServers
 from afd_e2e.tiny_model import build_tiny_model
-from afd_plugin.step_timing import ATTENTION_PARTS
+from afd_plugin.step_timing import ATTENTION_PARTS, overlap
 from afd_plugin.step_timing import parse_line as parse_timing
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -321,6 +321,7 @@ def where_time_goes(served: dict[str, Any]) -> dict[str, Any]:
                 "ffn_parts_ms": {
                     k: v for k, v in timing["ffn"].items() if k != "step_ms"
                 },
+                "overlap": overlap(timing["attention"], timing["ffn"]),
             }
     return out
 
@@ -328,10 +329,12 @@ def where_time_goes(served: dict[str, Any]) -> dict[str, Any]:
 def attribution_table(per_step: dict[str, Any]) -> str:
     """The attribution as a text table (ms per decode step): colocated and
     AFD from the decode rates, "AFD step" the client's marginal step that the
-    attention role's parts add up to."""
+    attention role's parts add up to (``wait`` is its wait for the FFN), the
+    FFN role's busy time and the pipeline efficiency max(attention busy, FFN
+    busy) / step (``afd_plugin.step_timing.overlap``)."""
     parts = ATTENTION_PARTS
     head = ["deployment", "batch", "colocated", "AFD", "AFD step", *parts, "sum"]
-    head.append("sum/step")
+    head += ["sum/step", "FFN busy", "pipeline eff"]
     rows = [head]
     for name, by_batch in per_step.items():
         for b, row in by_batch.items():
@@ -345,6 +348,8 @@ def attribution_table(per_step: dict[str, Any]) -> str:
                     *(f"{row['attention_parts_ms'].get(p, 0.0):.2f}" for p in parts),
                     f"{row['parts_sum_ms']:.2f}",
                     f"{row['parts_sum_over_step']:.2f}",
+                    f"{row['overlap']['ffn_busy_ms']:.2f}",
+                    f"{row['overlap']['pipeline_efficiency']:.2f}",
                 ]
             )
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]

@@ -100,8 +100,9 @@ class AFDConfig(BaseModel):
     micro_batches: Literal[1, 2] = 1
     """Micro-batches per decode step on the CPU, where vLLM has no DBO (its CPU
     platform turns `--enable-dbo` off): `2` splits each decode step of two or
-    more requests (at least `--dbo-decode-token-threshold` tokens) in two and
-    runs one half's attention while the FFN role serves the other half. Both
+    more requests (at least `--dbo-decode-token-threshold` tokens) in two at a
+    request boundary and runs one half's attention while the FFN role serves
+    the other half; with attention DP > 1 each rank splits its own steps. Both
     roles set it alike. On CUDA, two micro-batches are vLLM's `--enable-dbo`."""
 
     connector_extra_config: dict[str, Any] = Field(default_factory=dict)

@@ -11,7 +11,8 @@ attention role::
     AFD_STEP_TIMING role=attention steps=200 step_ms=6.10 announce=0.20 ...
 
 The attention parts tile the interval from one step's start to the next:
-``between`` (vLLM's engine loop: scheduling, output processing), ``runner``
+``between`` (vLLM's engine loop: scheduling, output processing; a gap of
+``IDLE_GAP_S`` or more is the engine idle and left out), ``runner``
 (vLLM's model runner outside the model: inputs, sampling), ``announce`` (the
 control payloads), ``send`` and ``wait`` (the exchanges: handing a layer's
 input over, waiting for its output), ``compute`` (the rest of the model call:
@@ -34,6 +35,9 @@ logger = logging.getLogger("afd_plugin")
 
 TAG = "AFD_STEP_TIMING"
 ATTENTION_PARTS = ("between", "runner", "announce", "send", "wait", "compute")
+IDLE_GAP_S = 1.0
+"""A gap between two attention steps this long is the engine idle (no
+request), not step time: ``between`` leaves it out."""
 FFN_PARTS = ("control", "recv", "compute", "send")
 PARTS = {"attention": ATTENTION_PARTS, "ffn": FFN_PARTS}
 """The parts each role's step is split into."""

@@ -42,6 +42,7 @@ CATALOGUE_IDS = {
     "cpu-eager-2a1f-qwen3.5",
     "cpu-dbo-1a1f-qwen3.5",
     "cpu-dbo-2a1f",
+    "cpu-eager-2a1f-qwen3",
     "cpu-eager-1a1f-kimi-k2",
     "cpu-eager-1a1f-camp2p",
     "cpu-eager-1a1f-camasync",

@@ -163,7 +163,9 @@ class AFDAttentionRunnerMixin(AFDRoleRunnerMixin):
     ) -> Any:
         started = time.perf_counter()
         if self._afd_step_ended is not None:
-            _CLOCK.add("between", started - self._afd_step_ended)
+            gap = started - self._afd_step_ended
+            if gap < step_timing.IDLE_GAP_S:  # else the engine was idle
+                _CLOCK.add("between", gap)
         if step_starts:
             _CLOCK.step(started)
         try:
