@@ -7,10 +7,16 @@ run is tests/e2e/test_bench.py."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
+import uuid
 from pathlib import Path
 
 import pytest
 from lint_repo import ROOT
+from test_procs import SERVER, marked_pids
 
 from afd_e2e.bench.options import BenchOptions, client_argv
 from afd_e2e.bench.report import BenchReport, table, write_json, write_summary
@@ -97,3 +103,60 @@ def test_the_table_and_json_put_both_deployments_side_by_side(tmp_path: Path) ->
     assert "latencies" not in json.dumps(short)
     assert saved["results"]["afd"]["1"]["output_throughput"] == 50.0
     assert saved["errors"] == report.errors
+
+
+BENCH_DRIVER = """
+import json, sys
+from pathlib import Path
+from afd_e2e import policy
+from afd_e2e.bench.options import BenchOptions
+from afd_e2e.bench.run import run_bench
+from afd_e2e.catalogue import Catalogue
+from afd_e2e.launch import LaunchPlan, RoleLaunch, free_port
+
+server, run_id, run_dir, root = sys.argv[1:5]
+plan = LaunchPlan(
+    "cpu-eager-1a1f", run_id, Path(run_dir), "/nowhere", "tiny", afd_port=None
+)
+port = free_port()
+env = {policy.RUN_ID_ENV: run_id, policy.PROCESS_ROLE_ENV: "baseline:0"}
+argv = [sys.executable, server, "--port", str(port), "--never-ready"]
+plan.roles.append(RoleLaunch("baseline", 0, argv, env, port))
+scenario = Catalogue.load(Path(root)).get("cpu-eager-1a1f")
+report = run_bench(plan, scenario, BenchOptions(concurrency=(1,)), say=lambda _: None)
+print(json.dumps(report.to_dict()))
+"""
+
+
+def test_a_signal_to_a_bench_stops_its_servers(tmp_path: Path) -> None:
+    """SIGTERM while the colocated server starts: the run ends interrupted and
+    the server it started is stopped, not left behind."""
+    run_id = f"test-{uuid.uuid4().hex[:12]}"
+    driver = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            BENCH_DRIVER,
+            str(SERVER),
+            run_id,
+            str(tmp_path / "run"),
+            str(ROOT),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not marked_pids(run_id):  # the server is up, never ready
+            assert time.monotonic() < deadline, "the fake server never started"
+            time.sleep(0.1)
+        driver.send_signal(signal.SIGTERM)
+        out, err = driver.communicate(timeout=30)
+    finally:
+        driver.kill()
+    report = json.loads(out)
+    assert report["interrupted_by"] == "SIGTERM", err
+    assert "interrupted by SIGTERM" in report["errors"]
+    assert report["teardown"]["colocated"] == []
+    assert marked_pids(run_id) == []

@@ -31,9 +31,15 @@ class BenchReport:
     overlap: dict[int, dict[str, float]] = field(default_factory=dict)
     """concurrency -> how the AFD roles overlapped during that run
     (``afd_plugin.step_timing.overlap``, from their afd:* counters)."""
+    step_parts_ms: dict[int, dict[str, dict[str, float]]] = field(
+        default_factory=dict
+    )
+    """concurrency -> role -> its mean step parts in ms (they tile the step)."""
     errors: list[str] = field(default_factory=list)
     teardown: dict[str, list[str]] = field(default_factory=dict)
     """deployment -> teardown problems (a SIGKILL fails the run)."""
+    interrupted_by: str | None = None
+    """SIGINT or SIGTERM, when one ended the run."""
 
     def ratio(self, concurrency: int) -> float | None:
         """AFD output throughput over colocated, at one concurrency."""
@@ -56,8 +62,10 @@ class BenchReport:
                 str(c): self.ratio(c) for c in self.options.concurrency
             },
             "overlap": {str(c): o for c, o in self.overlap.items()},
+            "step_parts_ms": {str(c): p for c, p in self.step_parts_ms.items()},
             "errors": self.errors,
             "teardown": self.teardown,
+            "interrupted_by": self.interrupted_by,
         }
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from afd_e2e.bench.options import BenchOptions, client_argv
 from afd_e2e.bench.report import BenchReport
+from afd_e2e.interrupts import Interrupted, InterruptGuard
 from afd_e2e.launch import LaunchPlan, RoleLaunch
 from afd_e2e.metrics import afd_step_ms, scrape
 from afd_e2e.procs import ProcessManager, ProcessSpec, RoleError, tail_lines
@@ -125,11 +126,14 @@ def _phase(
             report.results[deployment][concurrency] = result
             if before:
                 try:
-                    fit = _overlap(before, _scrape_roles(afd_roles))
+                    means = _step_means(before, _scrape_roles(afd_roles))
                 except (ValueError, KeyError, OSError) as exc:
                     say(f"afd-e2e bench: {label}: no overlap figures: {exc}")
                 else:
-                    report.overlap[concurrency] = fit
+                    report.step_parts_ms[concurrency] = means
+                    report.overlap[concurrency] = overlap(
+                        means["attention"], means["ffn"]
+                    )
     except RoleError as exc:
         report.errors.append(f"{deployment}: {exc}")
     finally:
@@ -146,10 +150,11 @@ def _scrape_roles(roles: list[RoleLaunch]) -> dict[str, str]:
     return {role: "\n".join(t) for role, t in texts.items()}
 
 
-def _overlap(before: dict[str, str], after: dict[str, str]) -> dict[str, float]:
-    """How the roles overlapped during one run, from their AFD counters."""
-    means = {role: afd_step_ms(before[role], after[role], role) for role in after}
-    return overlap(means["attention"], means["ffn"])
+def _step_means(
+    before: dict[str, str], after: dict[str, str]
+) -> dict[str, dict[str, float]]:
+    """Each role's mean step parts (ms) during one run, from its counters."""
+    return {role: afd_step_ms(before[role], after[role], role) for role in after}
 
 
 def run_bench(
@@ -159,9 +164,17 @@ def run_bench(
     say: Say = _say,
 ) -> BenchReport:
     """Measure both deployments of ``plan`` (which has a baseline), one after
-    the other on the same machine, with the same workload."""
+    the other on the same machine, with the same workload. SIGINT or SIGTERM
+    ends the run, and the servers of the phase then running are stopped."""
     report = BenchReport(plan.scenario_id, options, run_id=plan.run_id)
     plan.run_dir.mkdir(parents=True, exist_ok=True)
-    for deployment in PHASES:
-        _phase(plan, scenario, options, deployment, report, say)
+    with InterruptGuard() as guard:
+        try:
+            for deployment in PHASES:
+                _phase(plan, scenario, options, deployment, report, say)
+        except Interrupted as exc:
+            report.interrupted_by = exc.signame
+        report.interrupted_by = report.interrupted_by or guard.signame
+    if report.interrupted_by:
+        report.errors.append(f"interrupted by {report.interrupted_by}")
     return report

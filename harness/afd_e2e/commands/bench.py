@@ -145,6 +145,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_dict(), indent=2))
     if any(report.teardown.values()):
         return 3
+    if report.interrupted_by:
+        return INTERRUPTED
     return 1 if report.errors else 0
 
 
