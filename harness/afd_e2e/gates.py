@@ -94,9 +94,10 @@ def _walk_steps(
                 line = doc.where(sub)[0]
                 out.commands.append((line, cmd, step_env))
                 for match in RUN_RE.finditer(cmd):
-                    out.refs.append(
-                        GateRef(match.group(1), line, cmd.strip(), step_env)
-                    )
+                    # The run itself, not the shell around it (the summary's
+                    # annotation after the ';').
+                    text = cmd[match.start() :].split(";", 1)[0].strip()
+                    out.refs.append(GateRef(match.group(1), line, text, step_env))
 
 
 def read_list(root: Path, rel: str) -> GateList:
@@ -125,17 +126,39 @@ CLUSTER_QUEUES = {"cuda": "gpu_cluster", "npu": "npu_cluster", "cpu": "cpu"}
 workers offer the scenario's ``afd-node-<name>`` resources."""
 
 
+RUN_DIR = "afd-runs/{scenario_id}"
+"""Where a rendered step's run writes: uploaded as the step's artifacts."""
+ARTIFACTS = ("results.json", "junit.xml", "summary.md", "*.log")
+"""The run directory's files a Buildkite user opens: the record, the JUnit
+report, the Markdown summary and every role's log."""
+
+
 def render_step(scenario_id: str, s: Scenario) -> dict[str, Any]:
+    """One Buildkite step: the scenario's run, its summary posted as an
+    annotation when the agent is there (whatever the outcome; the step keeps
+    the run's exit code), its run directory uploaded as artifacts."""
     minutes = int((s.timeouts.startup_s + s.timeouts.checks_s) / 60) + 15
-    command = f'afd-e2e run {scenario_id} --model-root "$$AFD_MODEL_ROOT"'
+    key = "e2e-" + re.sub(r"[^a-z0-9-]", "-", scenario_id.lower())
+    run_dir = RUN_DIR.format(scenario_id=scenario_id)
+    run = (
+        f'afd-e2e run {scenario_id} --model-root "$$AFD_MODEL_ROOT" '
+        f"--run-dir {run_dir}"
+    )
     queue = QUEUES[s.backend]
     if len(s.nodes) > 1:  # placed on several machines: through their Ray cluster
-        command += ' --engine ray --ray-address "$$AFD_RAY_ADDRESS"'
+        run += ' --engine ray --ray-address "$$AFD_RAY_ADDRESS"'
         queue = CLUSTER_QUEUES[s.backend]
+    annotate = (
+        f"if command -v buildkite-agent >/dev/null && [ -f {run_dir}/summary.md ]; "
+        f"then buildkite-agent annotate --context {key} --style "
+        '"$$([ $$status -eq 0 ] && echo success || echo error)" '
+        f"< {run_dir}/summary.md; fi"
+    )
     return {
         "label": f"e2e {scenario_id} ({s.shape})",
-        "key": "e2e-" + re.sub(r"[^a-z0-9-]", "-", scenario_id.lower()),
-        "command": command,
+        "key": key,
+        "command": f"{run}; status=$$?; {annotate}; exit $$status",
+        "artifact_paths": [f"{run_dir}/{name}" for name in ARTIFACTS],
         "agents": {"queue": queue},
         "timeout_in_minutes": minutes,
         "retry": {"automatic": False},

@@ -290,6 +290,72 @@ def summary_table(report: RunReport) -> str:
     return "\n".join(lines)
 
 
+def summary_markdown(report: RunReport) -> str:
+    """The run as Markdown (``summary.md``): the outcome, every check with its
+    result and figures, the teardown, the start-up and check times. A CI step
+    posts it as its annotation (``afd-e2e ci render``)."""
+    outcome = report.outcome
+    mark = "passed" if outcome is Outcome.PASSED else outcome.value.upper()
+    lines = [
+        f"### afd-e2e run `{report.scenario_id}`: {mark} (exit {outcome.exit_code})",
+        "",
+        f"Run `{report.run_id}`.",
+    ]
+    if report.error:
+        lines += ["", f"Stopped early: {_md(report.error.splitlines()[0])}"]
+    if report.interrupted_by:
+        lines += ["", f"Interrupted by {report.interrupted_by}."]
+    lines += ["", "| check | result | time | detail |", "| --- | --- | --- | --- |"]
+    for check in report.checks:
+        detail = check.message if not check.passed else _figures(check.figures)
+        result = "PASS" if check.passed else "**FAIL**"
+        lines.append(
+            f"| {check.name} | {result} | {check.duration_s:.1f} s | {_md(detail)} |"
+        )
+    record = report.teardown
+    if record is None:
+        lines.append("| teardown | **FAIL** | - | did not run |")
+    else:
+        result = "PASS" if record.ok else "**FAIL**"
+        detail = (
+            f"{len(record.terminated)} process(es) stopped by SIGTERM"
+            if record.ok
+            else "; ".join(record.problems())
+        )
+        if record.role_exit_s:
+            slowest = ", ".join(
+                f"{name} {seconds:.1f} s"
+                for name, seconds in sorted(record.role_exit_s.items())
+            )
+            detail += f"; SIGTERM to gone: {slowest}"
+        if record.budget_s is not None:
+            detail += f" (budget {record.budget_s:g} s)"
+        lines.append(
+            f"| teardown | {result} | {record.duration_s:.1f} s | {_md(detail)} |"
+        )
+    t = report.timings
+    times = (
+        f"Ready after {_secs(t.ready_s)}, checks {_secs(t.checks_s)}, teardown "
+        f"{_secs(t.teardown_s)}. Artifacts: `results.json` (everything), "
+        "`junit.xml`, each role's log."
+    )
+    lines += ["", times]
+    return "\n".join(lines) + "\n"
+
+
+def _secs(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.1f} s"
+
+
+def _md(text: str) -> str:
+    """One table cell: no line breaks, pipes escaped."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def write_summary_markdown(report: RunReport, path: Path) -> None:
+    path.write_text(summary_markdown(report))
+
+
 def _clip(text: str, width: int = 100) -> str:
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 3] + "..."

@@ -25,6 +25,7 @@ from afd_e2e.report import (
     summary_table,
     write_junit,
     write_results_json,
+    write_summary_markdown,
 )
 from afd_e2e.scenario import Scenario
 
@@ -339,6 +340,7 @@ def execute(
         report.interrupted_by = report.interrupted_by or guard.signame
     write_results_json(report, plan.run_dir / "results.json")
     write_junit(report, plan.run_dir / "junit.xml")
+    write_summary_markdown(report, plan.run_dir / "summary.md")
     # The table is for people (stderr, always); --json is for programs (stdout).
     print(summary_table(report), file=sys.stderr)
     print(f"results: {Path(plan.run_dir) / 'results.json'}", file=sys.stderr)

@@ -74,6 +74,12 @@ def test_parity_pass_writes_results_and_junit(tmp_path: Path, run_id: str, capsy
     assert set(results["commands"]) == {"baseline:0", "ffn:0", "attention:0"}
     junit = ET.parse(plan.run_dir / "junit.xml").getroot()
     assert "parity" in ET.tostring(junit, encoding="unicode")
+    # The Markdown summary a CI step posts as its annotation.
+    summary = (plan.run_dir / "summary.md").read_text()
+    assert summary.startswith("### afd-e2e run `cpu-eager-1a1f`: passed (exit 0)")
+    assert f"Run `{run_id}`." in summary
+    assert "| parity | PASS |" in summary and "tokens=30" in summary
+    assert "| teardown | PASS |" in summary and "SIGTERM to gone:" in summary
     for role in ("baseline-0", "ffn-0", "attention-0"):
         assert (
             "POST /v1/completions" in (plan.run_dir / f"{role}.log").read_text()

@@ -116,7 +116,8 @@ def step_of(path: Path, sid: str) -> str:
 
 
 def command(sid: str) -> str:
-    return f'afd-e2e run {sid} --model-root "$$AFD_MODEL_ROOT"'
+    """The run a rendered step starts (before its annotation)."""
+    return f'afd-e2e run {sid} --model-root "$$AFD_MODEL_ROOT" --run-dir afd-runs/{sid}'
 
 
 @pytest.fixture
@@ -136,7 +137,9 @@ def test_rendered_lists_pass_the_linter(
     assert lint(root, capsys) == (0, ok)
     assert main(["ci", "render", "--check", "--root", str(root)]) == 0
     nightly = (root / NIGHTLY).read_text()
-    runs = [line for line in nightly.splitlines() if "command: " in line]
+    runs = [
+        line.split(";", 1)[0] for line in nightly.splitlines() if "command: " in line
+    ]
     if scenarios is WITH_NIGHTLY:  # each nightly scenario once, in id order
         assert runs == [
             f"  command: {command('nightly-4a4f')}",
@@ -188,7 +191,8 @@ def test_nightly_scenario_missing_from_the_nightly_list(tree: Path, capsys) -> N
         f"is in no list; add this step to {NIGHTLY} (or make it local):\n"
         "- label: e2e nightly-npu-2a1f (2A1F)\n"
     ) in out
-    assert f"  command: {command('nightly-npu-2a1f')}\n" in out
+    assert f"  command: {command('nightly-npu-2a1f')}" in out
+    assert "  - afd-runs/nightly-npu-2a1f/results.json\n" in out
 
 
 def test_a_missing_nightly_list_is_reported_per_scenario(tree: Path, capsys) -> None:
