@@ -141,8 +141,7 @@ def render_step(scenario_id: str, s: Scenario) -> dict[str, Any]:
     key = "e2e-" + re.sub(r"[^a-z0-9-]", "-", scenario_id.lower())
     run_dir = RUN_DIR.format(scenario_id=scenario_id)
     run = (
-        f'afd-e2e run {scenario_id} --model-root "$$AFD_MODEL_ROOT" '
-        f"--run-dir {run_dir}"
+        f'afd-e2e run {scenario_id} --model-root "$$AFD_MODEL_ROOT" --run-dir {run_dir}'
     )
     queue = QUEUES[s.backend]
     if len(s.nodes) > 1:  # placed on several machines: through their Ray cluster

@@ -234,28 +234,34 @@ def _figures(figures: Mapping[str, Any]) -> str:
     return " ".join(parts)
 
 
+def _check_detail(check: CheckResult) -> str:
+    """What a summary shows of one check: its figures, or why it failed."""
+    return check.message if not check.passed else _figures(check.figures)
+
+
+def _teardown_detail(record: TeardownRecord) -> str:
+    """How the teardown went: the SIGTERMed processes, or its problems."""
+    if record.ok:
+        return f"{len(record.terminated)} process(es) stopped by SIGTERM"
+    return "; ".join(record.problems())
+
+
 def summary_table(report: RunReport) -> str:
     """A short table for the terminal, ending with the outcome and exit code."""
-    rows: list[tuple[str, str, str, str]] = []
-    for check in report.checks:
-        detail = check.message if not check.passed else _figures(check.figures)
-        rows.append(
-            (
-                check.name,
-                "PASS" if check.passed else "FAIL",
-                f"{check.duration_s:.1f}s",
-                detail,
-            )
+    rows: list[tuple[str, str, str, str]] = [
+        (
+            check.name,
+            "PASS" if check.passed else "FAIL",
+            f"{check.duration_s:.1f}s",
+            _check_detail(check),
         )
+        for check in report.checks
+    ]
     record = report.teardown
     if record is None:
         rows.append(("teardown", "FAIL", "-", "did not run"))
     else:
-        detail = (
-            f"{len(record.terminated)} process(es) stopped by SIGTERM"
-            if record.ok
-            else "; ".join(record.problems())
-        )
+        detail = _teardown_detail(record)
         if record.marker_killed:
             detail += f"; {len(record.marker_killed)} FFN SIGKILLed by marker scan"
         if record.ok and record.role_exit_s:
@@ -307,21 +313,15 @@ def summary_markdown(report: RunReport) -> str:
         lines += ["", f"Interrupted by {report.interrupted_by}."]
     lines += ["", "| check | result | time | detail |", "| --- | --- | --- | --- |"]
     for check in report.checks:
-        detail = check.message if not check.passed else _figures(check.figures)
         result = "PASS" if check.passed else "**FAIL**"
-        lines.append(
-            f"| {check.name} | {result} | {check.duration_s:.1f} s | {_md(detail)} |"
-        )
+        detail = _md(_check_detail(check))
+        lines.append(f"| {check.name} | {result} | {check.duration_s:.1f} s | {detail} |")
     record = report.teardown
     if record is None:
         lines.append("| teardown | **FAIL** | - | did not run |")
     else:
         result = "PASS" if record.ok else "**FAIL**"
-        detail = (
-            f"{len(record.terminated)} process(es) stopped by SIGTERM"
-            if record.ok
-            else "; ".join(record.problems())
-        )
+        detail = _teardown_detail(record)
         if record.role_exit_s:
             slowest = ", ".join(
                 f"{name} {seconds:.1f} s"

@@ -30,9 +30,9 @@ from typing import Any, Protocol
 from afd_plugin import envs, metrics_file, step_timing
 from afd_plugin.connectors.base import AFDPeerError
 from afd_plugin.metrics_catalog import (
-    BY_NAME,
     EXCHANGE_FAILURES,
     FAILURE_REASONS,
+    METRICS,
     MICRO_BATCHES,
     PART_SECONDS,
     RENDEZVOUS_REFUSALS,
@@ -61,7 +61,7 @@ class PrometheusBackend:
         if not PrometheusBackend._counters:
             PrometheusBackend._counters = {
                 spec.name: Counter(spec.name, spec.help, list(spec.labels))
-                for spec in BY_NAME.values()
+                for spec in METRICS
             }
 
     def add(self, name: str, labels: dict[str, str], amount: float) -> None:
@@ -70,7 +70,10 @@ class PrometheusBackend:
 
 _backend: Backend | None = None
 _backend_lock = threading.Lock()
-_installed: set[tuple[str, int]] = set()
+_installed: dict[tuple[str, int], tuple[Backend, dict[str, str]]] = {}
+"""(role, rank) -> its counters and labels, once :func:`install` fed them."""
+EXCHANGE_ERRORS = (AFDPeerError, AFDWireError, TimeoutError, ConnectionError)
+"""What a failed exchange raises (anything else is no exchange failure)."""
 
 
 def backend() -> Backend | None:
@@ -122,7 +125,7 @@ def install(role: str, rank: int) -> bool:
                 counters.add(PART_SECONDS.name, part, seconds)
 
     clock.sink = sink
-    _installed.add((role, rank))
+    _installed[(role, rank)] = (counters, labels)
     logger.info(
         "afd-plugin: AFD %s rank %d counts its steps in afd:* metrics (pid %d, %s)",
         role,
@@ -135,16 +138,18 @@ def install(role: str, rank: int) -> bool:
 
 def count_micro_batches(role: str, rank: int, stages: int) -> None:
     """Add one step's micro-batch stages (nothing unless :func:`install`
-    counted this role; called once per step)."""
-    if (role, rank) in _installed:
-        _add(MICRO_BATCHES, {"role": role, "rank": str(rank)}, stages)
+    counted this role; called once per step, so no setting is read here)."""
+    installed = _installed.get((role, rank))
+    if installed is not None:
+        counters, labels = installed
+        counters.add(MICRO_BATCHES.name, labels, stages)
 
 
 def failure_reason(exc: BaseException) -> str:
     """The ``reason`` label of an exchange that ended with ``exc``."""
     if isinstance(exc, AFDWireError):
         return "wire"
-    if isinstance(exc, AFDPeerError | TimeoutError | ConnectionError):
+    if isinstance(exc, EXCHANGE_ERRORS):
         return "peer"
     return "error"
 

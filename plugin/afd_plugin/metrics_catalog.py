@@ -69,7 +69,6 @@ METRICS: tuple[MetricSpec, ...] = (
     EXCHANGE_FAILURES,
     RENDEZVOUS_REFUSALS,
 )
-BY_NAME = {m.name: m for m in METRICS}
 FAILURE_REASONS = ("peer", "wire", "error")
 REFUSAL_REASONS = ("auth", "protocol", "admission")
 

@@ -7,7 +7,6 @@ they were given (the real run is tests/e2e; the agent exists only on CI)."""
 
 from __future__ import annotations
 
-import os
 import stat
 import subprocess
 from pathlib import Path
@@ -79,4 +78,3 @@ def test_the_artifacts_are_the_run_directory_files() -> None:
         for name in ("results.json", "junit.xml", "summary.md", "*.log")
     ]
     assert "--run-dir afd-runs/afd-eager-2a2f" in step["command"]
-    assert os.path.basename(step["artifact_paths"][-1]) == "*.log"

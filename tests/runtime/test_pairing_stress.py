@@ -21,12 +21,12 @@ Needs torch (tox env e2e); no vLLM.
 from __future__ import annotations
 
 import random
-import threading
 import time
 from typing import Any
 
 import pytest
 import torch
+from test_gloo_connector import Peer
 
 from afd_e2e.launch import free_port
 from afd_plugin.config import AFDConfig
@@ -167,20 +167,6 @@ def ffn_rank(conn: Any, steps: int) -> None:
         conn.close()
 
 
-class Runner(threading.Thread):
-    def __init__(self, target: Any, *args: Any) -> None:
-        super().__init__(daemon=True)
-        self.error: BaseException | None = None
-        self._call = (target, args)
-
-    def run(self) -> None:
-        target, args = self._call
-        try:
-            target(*args)
-        except BaseException as exc:  # reported by the test
-            self.error = exc
-
-
 @pytest.mark.parametrize("ranks", [2, 3])
 @pytest.mark.parametrize("transport", ["shm", "gloo"])
 def test_every_row_comes_back_to_its_rank_stage_and_layer(
@@ -201,9 +187,9 @@ def test_every_row_comes_back_to_its_rank_stage_and_layer(
         plans[2][0] = [0, 0]
     port = free_port()
     served = [[0] for _ in range(ranks)]
-    threads = [Runner(ffn_rank, connector("ffn", 0, port, ranks, transport), STEPS)]
+    threads = [Peer(ffn_rank, connector("ffn", 0, port, ranks, transport), STEPS)]
     threads += [
-        Runner(
+        Peer(
             attention_rank,
             connector("attention", r, port, ranks, transport),
             r,

@@ -125,8 +125,9 @@ def test_overlap_of_the_two_roles() -> None:
         "pipeline_efficiency": 0.6,
     }
     # The FFN the busier role: its busy time over the step.
-    assert step_timing.overlap(attention, {**ffn, "compute": 8.5})[
-        "pipeline_efficiency"
-    ] == 0.9
+    assert (
+        step_timing.overlap(attention, {**ffn, "compute": 8.5})["pipeline_efficiency"]
+        == 0.9
+    )
     with pytest.raises(ValueError, match="must take time"):
         step_timing.overlap({"step_ms": 0.0}, ffn)

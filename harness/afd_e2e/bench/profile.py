@@ -48,8 +48,6 @@ from typing import Any
 
 from afd_plugin.step_timing import ATTENTION_PARTS, TAG, parse_line
 
-FFN_PARTS = ("control", "recv", "compute", "send")
-"""The FFN role's parts (``afd_plugin.step_timing``), tiling its loop."""
 ROLES = ("attention", "ffn")
 COLUMNS = ("batch", "attention_s", "ffn_s", "exchange_s")
 """The calibration file's columns (``afd_e2e.plan.calibration``)."""

@@ -31,9 +31,7 @@ class BenchReport:
     overlap: dict[int, dict[str, float]] = field(default_factory=dict)
     """concurrency -> how the AFD roles overlapped during that run
     (``afd_plugin.step_timing.overlap``, from their afd:* counters)."""
-    step_parts_ms: dict[int, dict[str, dict[str, float]]] = field(
-        default_factory=dict
-    )
+    step_parts_ms: dict[int, dict[str, dict[str, float]]] = field(default_factory=dict)
     """concurrency -> role -> its mean step parts in ms (they tile the step)."""
     errors: list[str] = field(default_factory=list)
     teardown: dict[str, list[str]] = field(default_factory=dict)

@@ -25,7 +25,6 @@ from vllm.forward_context import get_forward_context, is_forward_context_availab
 
 from afd_plugin import metrics as afd_metrics
 from afd_plugin import step_timing
-from afd_plugin.connectors.base import AFDPeerError
 from afd_plugin.evidence import format_dual_ubatch
 from afd_plugin.models import micro_batch
 from afd_plugin.models.forward_metadata import AFDForwardMetadata, install_metadata
@@ -36,7 +35,6 @@ from afd_plugin.step_protocol import (
     dual_ubatch_tokens,
     stage_payloads,
 )
-from afd_plugin.wire import AFDWireError
 
 if TYPE_CHECKING:
     from torch import nn
@@ -143,7 +141,7 @@ class AFDAttentionRunnerMixin(AFDRoleRunnerMixin):
             if not _CLOCK.enabled:
                 return call(*args, **kwargs)
             return self._afd_timed_runner_call(call, args, kwargs, step_starts=True)
-        except (AFDPeerError, AFDWireError, TimeoutError, ConnectionError) as exc:
+        except afd_metrics.EXCHANGE_ERRORS as exc:
             # The step's exchange failed: vLLM's engine ends with it.
             afd_metrics.count_failure("attention", self.afd_connector.rank, exc)
             raise
