@@ -315,7 +315,8 @@ def summary_markdown(report: RunReport) -> str:
     for check in report.checks:
         result = "PASS" if check.passed else "**FAIL**"
         detail = _md(_check_detail(check))
-        lines.append(f"| {check.name} | {result} | {check.duration_s:.1f} s | {detail} |")
+        seconds = f"{check.duration_s:.1f} s"
+        lines.append(f"| {check.name} | {result} | {seconds} | {detail} |")
     record = report.teardown
     if record is None:
         lines.append("| teardown | **FAIL** | - | did not run |")
