@@ -229,3 +229,24 @@ def test_profile_calibrates_one_a_one_f_only(
     assert main(["bench", "--root", str(ROOT), scenario, "--profile"]) == 2
     err = capsys.readouterr().err
     assert why in err and "nothing was started" in err
+
+
+def test_a_window_takes_exactly_the_timing_lines_it_asked_for(tmp_path: Path) -> None:
+    """A slow poll may find more lines waiting than the window needs: the
+    window still ends after the asked-for line, the rest stays for later."""
+    from afd_e2e.bench.profile_run import _LogTail
+
+    log = tmp_path / "attention-0.log"
+    log.write_text("")
+    tail = _LogTail(log)
+
+    def timing(n: int) -> str:
+        return f"x AFD_STEP_TIMING role=attention steps=8 step_ms={n}.0 wait=1.0\n"
+
+    log.write_text(
+        "vLLM chatter\n" + timing(1) + "ffn line\n" + timing(2) + timing(3) + "AFD_ST"
+    )
+    assert tail.take("attention", 2) == 2
+    assert tail.text(0, tail.pos).count("role=attention") == 2
+    assert tail.take("attention", 5) == 1  # the third; the partial line waits
+    assert tail.text(0, tail.pos).endswith(timing(3))

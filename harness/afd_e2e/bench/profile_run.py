@@ -115,6 +115,22 @@ class _LogTail:
         self.pos += done
         return data[:done].decode(errors="replace")
 
+    def take(self, role: str, wanted: int) -> int:
+        """Move ``pos`` past complete lines until ``wanted`` timing lines of
+        ``role`` are behind it, or past every complete line when fewer have
+        come; how many it took. A window holds exactly the lines it asked
+        for, however many a slow poll finds waiting."""
+        with self.path.open("rb") as log:
+            log.seek(self.pos)
+            data = log.read()
+        taken = 0
+        for line in data.splitlines(keepends=True):
+            if taken == wanted or not line.endswith(b"\n"):
+                break
+            self.pos += len(line)
+            taken += count_lines(line.decode(errors="replace"), role)
+        return taken
+
     def text(self, start: int, end: int) -> str:
         with self.path.open("rb") as log:
             log.seek(start)
@@ -166,7 +182,7 @@ class _Window:
     def _await_lines(self, load: DecodeLoad, count: int, what: str) -> None:
         tail, seen = self.tails["attention"], 0
         while seen < count:
-            seen += count_lines(tail.read(), "attention")
+            seen += tail.take("attention", count - seen)
             self._check(load, what)
             time.sleep(POLL_S)
 
