@@ -140,6 +140,39 @@ def model_table() -> str:
     )
 
 
+PLATFORM_NAMES = {"cpu": "CPU", "cuda": "CUDA (NVIDIA GPUs)", "npu": "Ascend NPU"}
+
+
+def status_table() -> str:
+    """What runs where: per platform, its connectors, the model families with
+    a role-split model there, and whether this repository's CI runs it."""
+    rows = []
+    for platform, name in PLATFORM_NAMES.items():
+        specs = [s for s in AFDConnectorFactory.specs() if s.platform == platform]
+        families = [
+            fam.family
+            for fam in MODEL_FAMILIES
+            if platform in fam.platforms
+            and any(fam.in_build(a) for a in fam.architectures)
+        ]
+        if platform in CI_PLATFORMS:
+            status = "runs end to end in CI, through real vLLM"
+        elif any(s.cpu_reference for s in specs):
+            status = (
+                "built to the contract; its connectors' reference ops run in CI "
+                "on the CPU; no hardware run yet"
+            )
+        else:
+            status = (
+                "built to the contract; tested on the CPU where no device is "
+                "needed; no hardware run yet"
+            )
+        rows.append(
+            [name, _code(s.name for s in specs), ", ".join(families), status]
+        )
+    return _table(["Platform", "Connectors", "Models", "Status"], rows)
+
+
 def feature_table() -> str:
     rows = []
     for feature in SERVING_FEATURES:
@@ -223,12 +256,13 @@ def env_table() -> str:
 
 def core_blocks() -> list[Generated]:
     return [
-        Generated("README.md", "config", config_table),
-        Generated("README.md", "connectors", connector_table),
-        Generated("README.md", "models", model_table),
-        Generated("README.md", "features", feature_table),
-        Generated("README.md", "envs", env_table),
-        Generated("README.md", "metrics", metrics_table),
+        Generated("README.md", "status", status_table),
+        Generated("docs/configuration.md", "config", config_table),
+        Generated("docs/connectors.md", "connectors", connector_table),
+        Generated("docs/models.md", "models", model_table),
+        Generated("docs/features.md", "features", feature_table),
+        Generated("docs/configuration.md", "envs", env_table),
+        Generated("docs/metrics.md", "metrics", metrics_table),
     ]
 
 
@@ -319,11 +353,80 @@ def scenario_table(root: Path) -> str:
     )
 
 
+BENCH_RESULTS = "benchmarks/results"
+"""Where ``afd-e2e bench`` results worth keeping are committed."""
+
+
+def _bench_rows(data: dict) -> list[tuple[str, dict, dict]]:
+    """(concurrency, colocated, AFD) figures of one saved ``afd-e2e bench``
+    result: ``bench.json`` (``results``) or ``bench-summary.json``
+    (``by_concurrency``), the two files a bench run writes."""
+    if "by_concurrency" in data:
+        return [
+            (c, r["colocated"], r["afd"]) for c, r in data["by_concurrency"].items()
+        ]
+    results = data["results"]
+    return [(c, results["colocated"][c], results["afd"][c]) for c in results["afd"]]
+
+
+def bench_table(root: Path) -> str:
+    """Every committed ``afd-e2e bench`` result: AFD against colocated vLLM."""
+    import json
+
+    rows = []
+    for path in sorted((root / BENCH_RESULTS).glob("bench_*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        options = data["options"]
+        for concurrency, colocated, afd in _bench_rows(data):
+            rows.append(
+                [
+                    f"`{path.name}`",
+                    f"`{data['scenario']}`",
+                    f"{options['input_len']}/{options['output_len']}",
+                    concurrency,
+                    f"{colocated['output_throughput']:.0f}",
+                    f"{afd['output_throughput']:.0f}",
+                    f"{afd['output_throughput'] / colocated['output_throughput']:.2f}",
+                    f"{afd['p50_tpot_ms'] / colocated['p50_tpot_ms']:.2f}",
+                    data.get("machine", "(not recorded)"),
+                ]
+            )
+    return _table(
+        [
+            "Result",
+            "Scenario",
+            "In/out tokens",
+            "Concurrency",
+            "Colocated tok/s",
+            "AFD tok/s",
+            "AFD/colocated tok/s",
+            "AFD/colocated TPOT p50",
+            "Machine",
+        ],
+        rows,
+    )
+
+
+def ci_step_example(root: Path) -> str:
+    """The step ``afd-e2e ci render`` writes for the first PR-gate scenario
+    (by id): what a Buildkite user's pipeline runs."""
+    from afd_e2e.catalogue import Catalogue
+    from afd_e2e.gates import step_text
+
+    scenarios = Catalogue.load(root).scenarios()
+    gated = sorted(sid for sid, s in scenarios.items() if s.tier == "pr")
+    if not gated:
+        return "(no scenario is in a PR gate yet)"
+    return "```yaml\n" + step_text(gated[0], scenarios[gated[0]]) + "\n```"
+
+
 def scenario_blocks(root: Path) -> list[Generated]:
     build = lambda: scenario_table(root)  # noqa: E731
     return [
         Generated("docs/design/e2e_testing.md", "scenarios", build),
         Generated("tests/e2e/README.md", "scenarios", build),
+        Generated("docs/harness/ci.md", "ci-step", lambda: ci_step_example(root)),
+        Generated("docs/benchmarks.md", "bench-results", lambda: bench_table(root)),
     ]
 
 

@@ -87,7 +87,7 @@ class ConnectorSpec(_Strict):
     """Connector name and its own extra config."""
 
     name: str
-    """A registered connector name (see the README connector table)."""
+    """A registered connector name (see docs/connectors.md)."""
     extra: dict[str, Any] = Field(default_factory=dict)
     """``connector_extra_config``, checked by the connector's closed schema."""
 

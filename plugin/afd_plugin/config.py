@@ -29,7 +29,8 @@ Role = Literal["attention", "ffn"]
 
 # The configuration-level whitelist of connector names. It is deliberately not
 # derived from the connector registry (AFD-I1): adding a connector means adding
-# it here, to the registry, and to the README table; a test checks all three.
+# it here, to the registry, and to the connector table (docs/connectors.md); a
+# test checks all three.
 ConnectorName = Literal[
     "P2pGlooAFDConnector",
     "P2pNcclAFDConnector",

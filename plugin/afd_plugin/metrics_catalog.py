@@ -3,9 +3,9 @@
 labels, pure data (no prometheus_client, no torch, no vLLM).
 
 The role's engine process counts them (``afd_plugin.metrics``), the API
-server's stat-logger plugin exposes them (``runtime/stat_logger.py``), the
-README's metrics table and the Grafana dashboard (``deploy/grafana``) are
-checked against this one list.
+server's stat-logger plugin exposes them (``runtime/stat_logger.py``), and
+the metrics page's table (docs/metrics.md) and the Grafana dashboard
+(``examples/grafana``) are checked against this one list.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ REFUSAL_REASONS = ("auth", "protocol", "admission")
 
 
 def metrics_table() -> str:
-    """The README's metrics table (Markdown)."""
+    """The metrics page's table (Markdown)."""
     rows = ["| Metric | Labels | Meaning |", "| --- | --- | --- |"]
     for m in METRICS:
         labels = ", ".join(f"`{label}`" for label in m.labels)

@@ -3,7 +3,7 @@
 and which of them this build holds a role-split model for.
 
 Pure data, the one table of these facts: the validator refuses what it does
-not list, the runtime loads the classes it names, the README table is
+not list, the runtime loads the classes it names, the models page (docs/models.md) is
 generated from it.
 """
 

@@ -3,7 +3,7 @@
 each one, and which are refused, with why.
 
 Pure data, the one table of these facts: the validator refuses what it marks
-refused, the README table is generated from it.
+refused, the features page (docs/features.md) is generated from it.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 """``afd-e2e bench`` for real: vLLM's serving benchmark against the colocated
 baseline, then the AFD pair of cpu-eager-1a1f, a small workload; bench.json
 holds both deployments' results and their ratio, and nothing is left running.
-Figures are benchmarks' business (benchmarks/, the README): this checks that
+Figures are benchmarks' business (benchmarks/, docs/benchmarks.md): this checks that
 the tool measures, not what it measures.
 """
 

@@ -8,7 +8,7 @@ as colocated vLLM of the same checkpoint with the same flags.
 One AFD pair and one colocated server serve every test but the speculative
 one (its flag changes every step): a 64-token step budget, so long prompts
 prefill in chunks, and a KV cache of 1024 tokens, so a burst preempts. The
-README's feature table (``afd_plugin.serving_features``) names these tests;
+The features page's table (``afd_plugin.serving_features``) names these tests;
 a renamed test fails its unit test.
 """
 

@@ -13,7 +13,8 @@ COPIED = (
     "README.md",
     "scenarios",
     "ci",
-    "docs/design/e2e_testing.md",
+    "docs",
+    "benchmarks/results",
     "tests/e2e/README.md",
 )
 

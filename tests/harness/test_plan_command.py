@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""``afd-e2e plan`` end to end: help, the README's worked example
+"""``afd-e2e plan`` end to end: help, the planning page's worked example
 (DeepSeek-V3 on H800), JSON, calibrated plans for a CPU scenario, the search's
 promises, bad input, and imports without torch or vLLM."""
 
@@ -72,14 +72,14 @@ def test_worked_example_deepseek_v3_on_h800(capsys: pytest.CaptureFixture) -> No
 def test_the_readme_quotes_the_worked_example_as_it_runs(
     capsys: pytest.CaptureFixture,
 ) -> None:
-    """The README's example is this command's output, not a retyped copy."""
+    """The planning page's example is this command's output, not a retyped copy."""
     assert main(WORKED_EXAMPLE) == 0
     out = capsys.readouterr().out.rstrip()
-    readme = (ROOT / "README.md").read_text()
+    page = (ROOT / "docs" / "planning.md").read_text()
     command = "$ afd-e2e " + " ".join(WORKED_EXAMPLE) + "\n"
-    assert command in readme, "the README lost its worked example of afd-e2e plan"
-    quoted = readme.split(command, 1)[1].split("\n```", 1)[0]
-    assert quoted == out, "README's afd-e2e plan example is stale: rerun and paste"
+    assert command in page, "docs/planning.md lost its worked example of afd-e2e plan"
+    quoted = page.split(command, 1)[1].split("\n```", 1)[0]
+    assert quoted == out, "docs/planning.md's plan example is stale: rerun and paste"
 
 
 def test_worked_example_as_json(capsys: pytest.CaptureFixture) -> None:

@@ -13,7 +13,7 @@ import pytest
 from lint_repo import edit, line_of
 
 from afd_e2e.cli import main
-from afd_e2e.doc_tables import begin, core_blocks, end
+from afd_e2e.doc_tables import begin, core_blocks, end, scenario_blocks
 
 READY = "ci/cuda/test-ready.yml"
 MERGE = "ci/cuda/test-merge.yml"
@@ -64,11 +64,9 @@ WITH_NIGHTLY = {
     "local-2a1f": ("cuda", "local", 2, 1),
 }
 NO_NIGHTLY = {k: v for k, v in WITH_NIGHTLY.items() if v[1] != "nightly"}
-DOCS = {
-    "README.md": tuple(b.name for b in core_blocks() if b.path == "README.md"),
-    "docs/design/e2e_testing.md": ("scenarios",),
-    "tests/e2e/README.md": ("scenarios",),
-}
+DOCS: dict[str, tuple[str, ...]] = {}
+for _block in [*core_blocks(), *scenario_blocks(Path("."))]:
+    DOCS[_block.path] = (*DOCS.get(_block.path, ()), _block.name)
 
 
 def make_tree(root: Path, scenarios: dict[str, tuple[str, str, int, int]]) -> Path:

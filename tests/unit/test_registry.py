@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def readme_connectors() -> list[str]:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "connectors.md").read_text()
     block = text.split("afd-e2e:begin connectors", 1)[1].split(
         "afd-e2e:end connectors"
     )[0]

@@ -87,7 +87,7 @@ def _test_functions(path: Path) -> set[str]:
     "feature", [f for f in SERVING_FEATURES if f.works], ids=lambda f: f.name
 )
 def test_evidence_names_a_test_that_exists(feature: ServingFeature) -> None:
-    """A renamed, moved or deleted test fails this, not just the README."""
+    """A renamed, moved or deleted test fails this, not just the features page."""
     path, _, test = feature.evidence.partition("::")
     assert (ROOT / path).is_file(), f"{feature.name}: {path} does not exist"
     assert test in _test_functions(ROOT / path), f"{feature.name}: no {test} in {path}"
