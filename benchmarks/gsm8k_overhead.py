@@ -26,12 +26,16 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "harness"))
+from afd_e2e.checks.gsm8k import Gsm8kRequest, completions_url, run_gsm8k
+from afd_e2e.checks.gsm8k.items import last_question, write_items
 
-from fake_openai import last_question, make_dataset  # noqa: E402
 
-from afd_e2e.checks.gsm8k import Gsm8kRequest, completions_url, run_gsm8k  # noqa: E402
+def make_dataset(root: Path, count: int) -> tuple[Path, dict[str, str]]:
+    """Generated test/train splits and the right answer to every test item."""
+    write_items(root, test=count, train=8)
+    lines = (root / "test.jsonl").read_text(encoding="utf-8").splitlines()
+    items = [json.loads(line) for line in lines]
+    return root, {item["question"]: " " + item["answer"] for item in items}
 
 
 # ---------------------------------------------------------------- the server
@@ -186,7 +190,7 @@ def main() -> int:
     bare: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory(prefix="gsm8k-overhead-") as tmp:
         work = Path(tmp)
-        data, answers = make_dataset(work / "data", right=args.requests, train=8)
+        data, answers = make_dataset(work / "data", args.requests)
         (work / "answers.json").write_text(json.dumps(answers))
         server = subprocess.Popen(
             [sys.executable, __file__, "--serve", str(work / "answers.json")],

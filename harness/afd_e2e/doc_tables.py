@@ -257,6 +257,7 @@ def env_table() -> str:
 def core_blocks() -> list[Generated]:
     return [
         Generated("README.md", "status", status_table),
+        Generated("docs/index.md", "status", status_table),
         Generated("docs/configuration.md", "config", config_table),
         Generated("docs/connectors.md", "connectors", connector_table),
         Generated("docs/models.md", "models", model_table),

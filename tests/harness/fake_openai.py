@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """A threaded stdlib OpenAI-compatible completions server and GSM8K-format items.
 
-Test helper (also used by benchmarks/gsm8k_overhead.py); binds 127.0.0.1 only.
+Test helper; binds 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from socketserver import ThreadingMixIn
 from typing import Any
+
+from afd_e2e.checks.gsm8k.items import last_question
 
 
 @dataclass(frozen=True)
@@ -58,13 +60,6 @@ def write_jsonl(path: Path, items: Sequence[Item]) -> Path:
             fh.write(json.dumps({"question": item.question, "answer": item.answer}))
             fh.write("\n")
     return path
-
-
-def last_question(prompt: str) -> str:
-    """The question lm-eval's gsm8k prompt ends with ("Question: ...\\nAnswer:")."""
-    start = prompt.rfind("Question: ")
-    end = prompt.rfind("\nAnswer:")
-    return prompt[start + len("Question: ") : end] if 0 <= start < end else ""
 
 
 class _Server(ThreadingMixIn, HTTPServer):

@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """GSM8K-format items generated locally, for runs that have no real data set:
-a question, a worked answer and ``#### <number>``, deterministic by seed."""
+a question, a worked answer and ``#### <number>``, deterministic by seed; and
+which item an lm-eval ``gsm8k`` prompt asks about (how a stand-in server,
+in tests and benchmarks, knows what to answer)."""
 
 from __future__ import annotations
 
@@ -37,3 +39,10 @@ def write_items(directory: Path, test: int, train: int, seed: int = 0) -> Path:
             for _ in range(count):
                 fh.write(json.dumps(make_item(rng)) + "\n")
     return directory
+
+
+def last_question(prompt: str) -> str:
+    """The question lm-eval's gsm8k prompt ends with ("Question: ...\\nAnswer:")."""
+    start = prompt.rfind("Question: ")
+    end = prompt.rfind("\nAnswer:")
+    return prompt[start + len("Question: ") : end] if 0 <= start < end else ""
