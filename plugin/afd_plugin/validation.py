@@ -375,6 +375,15 @@ def _check_runner_in_build(dep: Deployment, errors: list[FieldError]) -> None:
         dep.platform, dep.model_runner, dep.graph_mode
     ):
         _absent(errors, f"{DEP}.{field}", why)
+    if dep.platform == "cuda" and dep.model_runner == "v2" and dep.enable_dbo:
+        # the rules allow it (attention DP > 1); the V2 runners here do not
+        # micro-batch, so refuse before any weight loads, not in the runner
+        _absent(
+            errors,
+            f"{DEP}.enable_dbo",
+            "micro-batching (DBO) in the AFD model runner V2 pair is not in this "
+            "build: drop --enable-dbo or run model runner V1",
+        )
 
 
 def check_deployment(cfg: AFDConfig, dep: Deployment) -> list[FieldError]:

@@ -291,6 +291,8 @@ ERRORS: dict[str, ErrorClass] = {
                 "DBO runs exactly 2 micro-batches, got ",
                 "DBO on model runner v2 needs attention DP > 1, got ",
                 "DBO is not supported on NPU model runner v2",
+                "micro-batching (DBO) in the AFD model runner V2 pair is not in this ",
+                "build: drop --enable-dbo or run model runner V1",
             ),
             GPU_RUNNERS_V2: (
                 " role on model runner V2 runs without micro-batching in ",

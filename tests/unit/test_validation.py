@@ -271,6 +271,24 @@ def test_graph_mode_message_lists_allowed_modes() -> None:
     assert "allowed: eager, FULL_DECODE_ONLY" in errors[0].message
 
 
+def test_dbo_on_model_runner_v2_is_refused_at_start_as_not_in_this_build() -> None:
+    """The rules allow it with attention DP > 1, but the V2 runners of this
+    build do not micro-batch: refused before any weight loads, on both roles,
+    naming the flag and what to run instead."""
+    for role in ("attention", "ffn"):
+        config = cfg("P2pNcclAFDConnector", False, role=role)
+        v2_dbo = dep("P2pNcclAFDConnector", model_runner="v2", enable_dbo=True, dp=2)
+        errors = check_deployment(config, v2_dbo)
+        found = [(e.path, e.message) for e in errors if e.not_in_build]
+        why = (
+            "micro-batching (DBO) in the AFD model runner V2 pair is not in this "
+            "build: drop --enable-dbo or run model runner V1"
+        )
+        assert found == [("deployment.enable_dbo", why)], role
+        assert absent(config, dep("P2pNcclAFDConnector", model_runner="v2", dp=2)) == []
+        assert absent(config, dep("P2pNcclAFDConnector", enable_dbo=True, dp=2)) == []
+
+
 def test_dbo_rules() -> None:
     nccl = cfg("P2pNcclAFDConnector", False)
     assert paths(nccl, dep("P2pNcclAFDConnector", enable_dbo=True)) == set()
