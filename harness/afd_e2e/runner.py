@@ -16,8 +16,9 @@ from afd_e2e.checks.evidence import check_dual_ubatch, mark_logs
 from afd_e2e.checks.parity import PROMPTS, ParityError, compare, greedy_tokens
 from afd_e2e.engines.base import Engine, Servers, server_probe
 from afd_e2e.engines.local import LocalEngine
+from afd_e2e.interrupts import Interrupted, InterruptGuard
 from afd_e2e.launch import LaunchPlan
-from afd_e2e.procs import Interrupted, InterruptGuard, ProcessManager, RoleError
+from afd_e2e.process_manager import ProcessManager
 from afd_e2e.report import (
     CheckResult,
     RunReport,
@@ -27,6 +28,7 @@ from afd_e2e.report import (
     write_results_json,
     write_summary_markdown,
 )
+from afd_e2e.role_errors import RoleError
 from afd_e2e.scenario import Scenario
 
 
@@ -35,7 +37,10 @@ class RunOptions:
     """How ``execute`` reports and ends; ``afd-e2e run`` builds it from its flags."""
 
     json: bool = False
-    """Print the results as JSON on stdout and do not echo role logs to stderr."""
+    """Print the results as JSON on stdout (the harness's lines stay on stderr)."""
+    stream_logs: bool = False
+    """Print every server's output on stderr too, each line prefixed
+    ``[role:rank]`` (it is always in ``<run_dir>/<role>-<rank>.log``)."""
     keep_running: bool = False
     """After the checks, keep the roles serving until Ctrl-C."""
 
@@ -289,7 +294,9 @@ def execute(
         {"id": plan.scenario_id, **scenario.model_dump(mode="json")},
         timings,
     )
-    procs = (engine or LocalEngine()).servers(plan, scenario, echo=not options.json)
+    procs = (engine or LocalEngine()).servers(
+        plan, scenario, stream_logs=options.stream_logs
+    )
     with InterruptGuard() as guard:
         try:
             t0 = time.monotonic()

@@ -20,8 +20,10 @@ from afd_e2e.completions import (
 )
 from afd_e2e.launch import HOST, free_port, server_argv
 from afd_e2e.metrics import metric_sum, scrape
-from afd_e2e.procs import ProcessManager, ProcessSpec, RoleProcess, tail_lines
+from afd_e2e.process_manager import ProcessManager
 from afd_e2e.readiness import health_probe
+from afd_e2e.role_logs import tail_lines
+from afd_e2e.role_process import ProcessSpec, RoleProcess
 from afd_e2e.teardown_record import TeardownRecord
 
 __all__ = [
@@ -90,7 +92,7 @@ class ServerTeardownError(RuntimeError):
 
 
 class VllmServer:
-    """One ``vllm.entrypoints.openai.api_server`` of a :class:`VllmServers` set.
+    """One ``vllm serve`` (an OpenAI server) of a :class:`VllmServers` set.
 
     Its process belongs to the set's manager: wait on it, ask it, read its
     log; :meth:`stop` tears it down early (the set's record keeps the result).
@@ -258,8 +260,8 @@ class VllmServers(AbstractContextManager["VllmServers"]):
         base_args: Sequence[str] = CPU_ARGS,
         run_id: str | None = None,
         grace_s: float = STOP_GRACE_S,
-        echo: bool = False,
-        progress_every_s: float | None = 5.0,
+        stream_logs: bool = False,
+        progress_every_s: float | None = 10.0,
     ) -> None:
         self.log_dir = Path(log_dir)
         self.env = dict(env)
@@ -269,7 +271,7 @@ class VllmServers(AbstractContextManager["VllmServers"]):
             self.log_dir,
             scenario_id="vllm-servers",
             grace_s=grace_s,
-            echo=echo,
+            stream_logs=stream_logs,
             progress_every_s=progress_every_s,
         )
         self.started: list[VllmServer] = []
@@ -289,7 +291,7 @@ class VllmServers(AbstractContextManager["VllmServers"]):
         argv = [*server_argv(str(model), port), *self.base_args, *extra_args]
         if additional_config is not None:
             argv += ["--additional-config", json.dumps(additional_config)]
-        spec = ProcessSpec(name, 0, argv, {**self.env, **(env or {})})
+        spec = ProcessSpec(name, 0, argv, {**self.env, **(env or {})}, port=port)
         server = VllmServer(self.manager, str(model), port, self.manager.start(spec))
         self.started.append(server)
         return server

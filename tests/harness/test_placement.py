@@ -84,7 +84,10 @@ def arg(argv: list[str], flag: str) -> str:
 def test_a_scenario_without_placement_plans_as_before(sid: str, monkeypatch) -> None:
     # tests/data/one_node_plans.json was written by the plan code before
     # placement existed, with the same counted ports (its VLLM_PLUGINS later
-    # gained the environment fixes' entry point, afd_env).
+    # gained the environment fixes' entry point, afd_env, and every server
+    # became `vllm serve MODEL` through afd_plugin.vllm_cli instead of the
+    # deprecated api_server module, with --api-server-count 1 (one API process):
+    # plan_of(...).to_dict() of each id, json.dumps(indent=1, sort_keys=True)).
     counted_ports(monkeypatch)
     scenario = Catalogue.load(ROOT).get(sid)
     plan = plan_of(scenario, sid, baseline=True)

@@ -6,6 +6,7 @@ Every test ends by proving no process with its run id is left in /proc.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -22,13 +23,11 @@ import psutil
 import pytest
 
 from afd_e2e import policy
-from afd_e2e.procs import (
-    ProcessDiedError,
-    ProcessManager,
-    ProcessSpec,
-    ReadinessTimeoutError,
-)
+from afd_e2e.launch import free_port
+from afd_e2e.process_manager import ProcessManager
 from afd_e2e.readiness import Probe, ProbeResult, attention_api_probe
+from afd_e2e.role_errors import ProcessDiedError, ReadinessTimeoutError
+from afd_e2e.role_process import ProcessSpec
 
 FAKES = Path(__file__).with_name("fake_servers")
 SERVER = FAKES / "role_server.py"
@@ -73,7 +72,7 @@ def manager(run_id: str, tmp_path: Path, **options: object) -> ProcessManager:
         "scenario_id": "test",
         "grace_s": 2.0,
         "kill_wait_s": 2.0,
-        "echo": False,
+        "announce": False,
         "progress_every_s": None,
     }
     settings.update(options)
@@ -272,38 +271,136 @@ def test_role_never_ready_is_named_when_the_deadline_passes(
     assert procs.teardown_record is not None and procs.teardown_record.ok
 
 
-def test_progress_and_prefixed_output_go_to_stderr(
+def log_lines(path: Path) -> list[str]:
+    return path.read_text().splitlines()
+
+
+def streamed(err: str, name: str) -> list[str]:
+    """The lines of ``err`` streamed from ``name``'s log, without the prefix."""
+    prefix = f"[{name}] "
+    return [line[len(prefix) :] for line in err.splitlines() if line.startswith(prefix)]
+
+
+def serve_once(procs: ProcessManager, tmp_path: Path, *flags: str) -> Path:
+    """One fake attention server on a port of its spec, ready and asked once
+    (so its log has request lines too); returns its log."""
+    port = free_port()
+    argv = [sys.executable, str(SERVER), "--port", str(port), *flags]
+    proc = procs.start(ProcessSpec("attention", 0, argv, port=port))
+    base = f"http://127.0.0.1:{port}"
+    procs.wait_ready({"attention:0": attention_api_probe(base, "m")}, 20, poll_s=0.05)
+    assert attention_api_probe(base, "m")().ready
+    return proc.log_path
+
+
+def test_server_output_goes_only_to_its_log_by_default(
     run_id: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):
-    port = tmp_path / "a"
-    with manager(run_id, tmp_path, echo=True, progress_every_s=0.2) as procs:
-        procs.start(fake("attention", "--port-file", str(port), "--startup-s", "0.6"))
-        procs.wait_ready({"attention:0": served(port)}, timeout_s=20, poll_s=0.05)
+    with manager(run_id, tmp_path, announce=True, progress_every_s=0.3) as procs:
+        log = serve_once(procs, tmp_path, "--startup-s", "0.8")
+        pid = procs.processes[0].pid
     err = capsys.readouterr().err
-    assert "[attention:0] fake role server pid" in err
-    assert "[attention:0] serving on 127.0.0.1:" in err
-    assert re.search(r"^afd-e2e: waiting \d+ s: attention:0 \d+ s \(.+\)$", err, re.M)
+    lines = log_lines(log)
+    assert (
+        lines[0].startswith("fake role server pid") and "POST /v1/completions" in lines
+    )
+    for line in lines:  # not one line of the server's own output was printed
+        assert line not in err
+    assert streamed(err, "attention:0") == []
+    # What the harness says: the start, how the wait goes, that it is over.
+    own = err.splitlines()
+    assert re.fullmatch(
+        rf"afd-e2e: started attention:0 \(pid {pid}\) on port \d+, log {log}", own[0]
+    )
+    waiting = [line for line in own if line.startswith("afd-e2e: waiting")]
+    assert waiting, own
+    assert all(
+        re.fullmatch(
+            r"afd-e2e: waiting for 1 server \(\d+ s\): attention:0 starting", w
+        )
+        for w in waiting
+    ), waiting
+    assert re.fullmatch(
+        r"afd-e2e: 1 server ready after \d+ s \(attention:0 \d+ s\)", own[-1]
+    )
+    assert len(own) == 2 + len(waiting) and "\r" not in err
 
 
-def test_progress_is_one_line_per_interval_naming_every_pending_role(
+def test_stream_logs_prints_every_line_of_the_log_prefixed(
+    run_id: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    with manager(run_id, tmp_path, stream_logs=True) as procs:
+        log = serve_once(procs, tmp_path)
+    err = capsys.readouterr().err
+    lines = log_lines(log)
+    assert "POST /v1/completions" in lines and len(lines) >= 4
+    assert streamed(err, "attention:0") == lines  # all of it, in order, once
+
+
+def test_progress_off_a_terminal_is_one_line_per_interval_naming_every_role(
     run_id: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):
     ffn_port, port = tmp_path / "f", tmp_path / "a"
     with manager(run_id, tmp_path, progress_every_s=0.3) as procs:
-        procs.start(fake("ffn", "--port-file", str(ffn_port), "--never-ready"))
+        procs.start(fake("ffn", "--port-file", str(ffn_port)))
         procs.start(fake("attention", "--port-file", str(port), "--never-ready"))
         probes = {"ffn:0": served(ffn_port), "attention:0": served(port)}
         with pytest.raises(ReadinessTimeoutError):
-            procs.wait_ready(probes, timeout_s=1.0, poll_s=0.05)
-    lines = [
-        line
-        for line in capsys.readouterr().err.splitlines()
-        if line.startswith("afd-e2e: waiting")
-    ]
-    assert 1 <= len(lines) <= 3, lines  # one per 0.3 s interval, not one per role
-    role = r"\d+ s \((?:no port yet|GET /health: HTTP 503)\)"
-    pattern = rf"afd-e2e: waiting \d+ s: ffn:0 {role}, attention:0 {role}"
+            procs.wait_ready(probes, timeout_s=3.0, poll_s=0.05)
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert lines and all(
+        line.startswith("afd-e2e: waiting for 2 servers (") for line in lines
+    )
+    assert 2 <= len(lines) <= 11, lines  # one per 0.3 s, not one per role or poll
+    role = r"(?:ready|starting)"
+    pattern = (
+        rf"afd-e2e: waiting for 2 servers \(\d+ s\): ffn:0 {role}, attention:0 starting"
+    )
     assert all(re.fullmatch(pattern, line) for line in lines), lines
+    assert lines[-1].endswith("s): ffn:0 ready, attention:0 starting")
+    assert "\r" not in err  # no in-place updates off a terminal
+
+
+def test_a_restart_streams_only_its_own_lines(
+    run_id: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    port = tmp_path / "ffn.port"
+    with manager(run_id, tmp_path, stream_logs=True) as procs:
+        procs.start(fake("ffn", "--port-file", str(port)))
+        procs.wait_ready({"ffn:0": served(port)}, timeout_s=20)
+        assert procs.stop_process("ffn:0").ok
+        port.unlink()
+        log = procs.restart("ffn:0").log_path
+        procs.wait_ready({"ffn:0": served(port)}, timeout_s=20)
+    lines = streamed(capsys.readouterr().err, "ffn:0")
+    assert lines == log_lines(log)  # both starts' lines, each printed once
+    assert sum(line.startswith("fake role server pid") for line in lines) == 2
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_on_a_terminal_is_one_line_updated_in_place(
+    run_id: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    screen = Terminal()
+    monkeypatch.setattr(sys, "stderr", screen)
+    # Off a terminal a 60 s interval would print nothing in this wait.
+    with manager(run_id, tmp_path, progress_every_s=60) as procs:
+        serve_once(procs, tmp_path, "--startup-s", "1.5")
+    out = screen.getvalue()
+    drawn = re.findall(
+        r"\r(afd-e2e: waiting for 1 server \(\d+ s\): attention:0 starting)", out
+    )
+    assert drawn, repr(out)
+    assert out.count("\n") == 1  # the ready line; the status line was taken off
+    last = out.rsplit("\r", 1)[1]
+    assert re.fullmatch(
+        r"afd-e2e: 1 server ready after \d+ s \(attention:0 \d+ s\)\n", last
+    )
 
 
 def test_one_role_stops_early_while_the_others_keep_serving(

@@ -98,13 +98,12 @@ def arg(command: list[str], flag: str) -> str:
 
 
 def model_of(command: list[str]) -> str:
-    """The weights a server loads: ``--model`` of the OpenAI server, the
-    positional argument of ``vllm serve`` (a headless worker; the command
-    may be a shell line that runs it)."""
-    if "--model" in command:
-        return arg(command, "--model")
-    words = command[2].split() if command[0] == "/bin/sh" else command
-    return words[words.index("serve") + 1]
+    """The weights a server loads: the positional argument of ``vllm serve``
+    (a headless workers' command is a shell line that runs the rest)."""
+    assert "--model" not in command
+    words = command[4:] if command[0] == "/bin/sh" else command
+    assert words[1:4] == ["-m", "afd_plugin.vllm_cli", "serve"], words
+    return words[4]
 
 
 def start_rank(template: dict[str, Any], worker_index: int) -> int:

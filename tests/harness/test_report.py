@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from afd_e2e.procs import ProcessRecord, TeardownRecord
 from afd_e2e.report import (
     BAD_INPUT_EXIT,
     CheckResult,
@@ -24,6 +23,7 @@ from afd_e2e.report import (
     write_junit,
     write_results_json,
 )
+from afd_e2e.teardown_record import ProcessRecord, TeardownRecord
 
 STUCK = ProcessRecord(4242, "ffn:0", ("python", "-m", "vllm", "serve"), "child")
 

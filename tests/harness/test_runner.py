@@ -5,6 +5,7 @@ the evidence check, results.json, JUnit, exit codes, and nothing left running.""
 from __future__ import annotations
 
 import json
+import re
 import sys
 import uuid
 import xml.etree.ElementTree as ET
@@ -165,3 +166,70 @@ def test_evidence_check_counts_only_records_logged_after_the_mark(
     )
     log = (plan.run_dir / "attention-0.log").read_text()
     assert log.count("AFD_EVIDENCE dual_ubatch") == 4
+
+
+def test_a_run_prints_its_own_lines_and_no_server_output_by_default(
+    tmp_path: Path, run_id: str, capsys
+):
+    plan = fake_plan(tmp_path, run_id)
+    code = execute(
+        plan, scenario(parity=ParityCheck(prompts=2, max_tokens=2)), RunOptions()
+    )
+    err = capsys.readouterr().err
+    assert code == 0
+    started = [line for line in err.splitlines() if line.startswith("afd-e2e: started")]
+    assert len(started) == 3  # one per server: name, pid, port, log
+    for role, line in zip(("baseline", "ffn", "attention"), started, strict=True):
+        port = plan.role(role).api_port
+        assert f" {role}:0 (pid " in line and f"on port {port}, " in line
+        assert line.endswith(f"log {plan.run_dir / f'{role}-0.log'}")
+    assert "afd-e2e: 3 servers ready after " in err
+    assert "[attention:0]" not in err and "POST /v1/completions" not in err
+    assert re.search(r"^parity +PASS ", err, re.M)
+    assert "outcome: passed (exit 0)" in err
+    log = (plan.run_dir / "attention-0.log").read_text()
+    assert "fake role server pid" in log and "POST /v1/completions" in log
+
+
+def test_stream_logs_prints_the_servers_output_too(tmp_path: Path, run_id, capsys):
+    plan = fake_plan(tmp_path, run_id)
+    options = RunOptions(stream_logs=True)
+    code = execute(plan, scenario(parity=ParityCheck(prompts=2, max_tokens=2)), options)
+    err = capsys.readouterr().err
+    assert code == 0
+    for role in ("baseline", "ffn", "attention"):
+        log = (plan.run_dir / f"{role}-0.log").read_text().splitlines()
+        assert [f"[{role}:0] {line}" for line in log] == [
+            line for line in err.splitlines() if line.startswith(f"[{role}:0] ")
+        ]
+    assert "[attention:0] POST /v1/completions" in err
+
+
+def test_a_failing_role_has_its_log_tail_printed_without_streaming(
+    tmp_path: Path, run_id, capsys
+):
+    plan = fake_plan(tmp_path, run_id, ffn=["--die-after-s", "0.2"])
+    code = execute(
+        plan, scenario(parity=ParityCheck(prompts=1, max_tokens=1)), RunOptions()
+    )
+    err = capsys.readouterr().err
+    assert code == 1
+    assert re.search(r"^stopped early: ffn:0 \(pid \d+\) exited with code 3", err, re.M)
+    assert "  | fatal: cannot load the model weights" in err
+    assert "[ffn:0]" not in err
+
+
+def test_run_stream_logs_flag_reaches_the_executor(tmp_path: Path, monkeypatch):
+    import afd_e2e.commands.run as run_command
+    import afd_e2e.runner as runner
+    from afd_e2e.cli import main
+
+    seen: list[RunOptions] = []
+    monkeypatch.setattr(run_command, "ready_to_start", lambda args, launchable: None)
+    monkeypatch.setattr(
+        runner, "execute", lambda plan, scenario, options, engine: seen.append(options)
+    )
+    common = ["--root", str(ROOT), "--model-root", str(tmp_path)]
+    assert main(["run", "cpu-eager-1a1f", *common]) == 0
+    assert main(["run", "cpu-eager-1a1f", "--stream-logs", *common]) == 0
+    assert [o.stream_logs for o in seen] == [False, True]

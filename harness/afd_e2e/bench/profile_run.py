@@ -43,8 +43,10 @@ from afd_e2e.bench.profile import (
 from afd_e2e.bench.profile_options import SETTLE_LINES, ProfileOptions
 from afd_e2e.interrupts import Interrupted, InterruptGuard
 from afd_e2e.launch import LaunchPlan, RoleLaunch
-from afd_e2e.procs import ProcessManager, ProcessSpec, RoleError
+from afd_e2e.process_manager import ProcessManager
 from afd_e2e.readiness import Probe, attention_api_probe, health_probe
+from afd_e2e.role_errors import RoleError
+from afd_e2e.role_process import ProcessSpec
 from afd_e2e.scenario import Scenario
 from afd_plugin.step_timing import overlap
 
@@ -341,14 +343,15 @@ def run_profile(
         plan.run_dir / "afd",
         scenario_id=plan.scenario_id,
         grace_s=scenario.timeouts.teardown_grace_s,
-        echo=False,
     )
     timing = {TIMING_ENV: str(options.timing_window)}
     with InterruptGuard() as guard:
         try:
             for role in roles:
                 env = {**role.env, **timing}
-                procs.start(ProcessSpec(role.role, role.rank, role.argv, env))
+                port = None if role.headless else role.api_port
+                spec = ProcessSpec(role.role, role.rank, role.argv, env, port=port)
+                procs.start(spec)
             procs.wait_ready(
                 {f"{r.role}:{r.rank}": _probe(plan, r) for r in roles},
                 scenario.timeouts.startup_s,

@@ -18,8 +18,11 @@ from afd_e2e.bench.report import BenchReport
 from afd_e2e.interrupts import Interrupted, InterruptGuard
 from afd_e2e.launch import LaunchPlan, RoleLaunch
 from afd_e2e.metrics import afd_step_ms, scrape
-from afd_e2e.procs import ProcessManager, ProcessSpec, RoleError, tail_lines
+from afd_e2e.process_manager import ProcessManager
 from afd_e2e.readiness import Probe, attention_api_probe, health_probe
+from afd_e2e.role_errors import RoleError
+from afd_e2e.role_logs import tail_lines
+from afd_e2e.role_process import ProcessSpec
 from afd_e2e.scenario import Scenario
 from afd_plugin.step_timing import overlap
 
@@ -88,11 +91,12 @@ def _phase(
         run_dir,
         scenario_id=plan.scenario_id,
         grace_s=scenario.timeouts.teardown_grace_s,
-        echo=False,
     )
     try:
         for role in roles:
-            procs.start(ProcessSpec(role.role, role.rank, role.argv, role.env))
+            port = None if role.headless else role.api_port
+            spec = ProcessSpec(role.role, role.rank, role.argv, role.env, port=port)
+            procs.start(spec)
         procs.wait_ready(
             {f"{r.role}:{r.rank}": _probe(plan, r) for r in roles},
             scenario.timeouts.startup_s,

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """``afd-e2e run [ID]``: plan, launch, check and tear down one scenario.
 
-``--dry-run`` prints the launch plan and starts nothing.
+``--dry-run`` prints the launch plan and starts nothing. The servers' output
+goes to their log files in the run directory; ``--stream-logs`` prints it too.
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="after the checks, print endpoints and wait for Ctrl-C",
     )
     parser.add_argument("--json", action="store_true", help="results as JSON on stdout")
+    parser.add_argument(
+        "--stream-logs",
+        action="store_true",
+        help="also print every server's output, each line prefixed [role:rank] "
+        "(it is always in the run directory's <role>-<rank>.log)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,7 +68,11 @@ def run(args: argparse.Namespace) -> int:
         return execute(
             launchable.plan,
             launchable.scenario,
-            RunOptions(json=args.json, keep_running=args.keep_running),
+            RunOptions(
+                json=args.json,
+                stream_logs=args.stream_logs,
+                keep_running=args.keep_running,
+            ),
             engine,
         )
     finally:

@@ -55,8 +55,12 @@ class Engine(Protocol):
         """The address of each logical node (raises ``EngineError``); with
         ``dry_run`` nothing is set up to find them."""
 
-    def servers(self, plan: LaunchPlan, scenario: Scenario, *, echo: bool) -> Servers:
-        """An empty set of servers for ``plan``."""
+    def servers(
+        self, plan: LaunchPlan, scenario: Scenario, *, stream_logs: bool
+    ) -> Servers:
+        """An empty set of servers for ``plan``; with ``stream_logs`` each
+        server's output is printed too (where the engine can), not only
+        written to its log file."""
 
     def close(self) -> None:
         """Release what the engine set up (namespaces, cluster connection)."""

@@ -12,7 +12,8 @@ from typing import Literal
 from afd_e2e.engines.base import EngineError
 from afd_e2e.engines.netns import NodeNetwork
 from afd_e2e.launch import LaunchPlan, NodeAddresses, RoleLaunch, loopback_nodes
-from afd_e2e.procs import ProcessManager, ProcessSpec
+from afd_e2e.process_manager import ProcessManager
+from afd_e2e.role_process import ProcessSpec
 from afd_e2e.scenario import Scenario
 
 NodeNetworkKind = Literal["loopback", "netns"]
@@ -31,7 +32,8 @@ class LocalServers(ProcessManager):
         if self.network is not None and launch.node is not None:
             argv = self.network.wrap(launch.node, argv)
             env = {**self.network.env(launch.node), **env}
-        self.start(ProcessSpec(launch.role, launch.rank, argv, env))
+        port = None if launch.headless else launch.api_port
+        self.start(ProcessSpec(launch.role, launch.rank, argv, env, port=port))
 
 
 class LocalEngine:
@@ -64,7 +66,7 @@ class LocalEngine:
         return self.network.addresses
 
     def servers(
-        self, plan: LaunchPlan, scenario: Scenario, *, echo: bool
+        self, plan: LaunchPlan, scenario: Scenario, *, stream_logs: bool
     ) -> LocalServers:
         if self.network_kind == "netns" and scenario.nodes and self.network is None:
             raise EngineError("node_addresses() must run before servers()")
@@ -74,7 +76,7 @@ class LocalEngine:
             scenario_id=plan.scenario_id,
             marker_scan=scenario.teardown.sigkill == "marker-scan",
             grace_s=scenario.timeouts.teardown_grace_s,
-            echo=echo,
+            stream_logs=stream_logs,
             network=self.network,
         )
 

@@ -2,7 +2,7 @@
 """What runs inside a Ray actor on a node: one server process, owned there.
 
 The agent starts the server in its own session through a
-:class:`~afd_e2e.procs.ProcessManager` (its log file, its run markers), and
+:class:`~afd_e2e.process_manager.ProcessManager` (its log file, its run markers), and
 stops it the same strict way: SIGTERM, grace, SIGKILL, then a marker scan of
 the node for anything of the server left. It never decides the verdict; it
 returns the teardown record for the harness to judge.
@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from afd_e2e.proc_scan import scan_marked
-from afd_e2e.procs import LOG_TAIL_LINES, ProcessManager, ProcessSpec, tail_lines
+from afd_e2e.process_manager import ProcessManager
+from afd_e2e.role_logs import LOG_TAIL_LINES, tail_lines
+from afd_e2e.role_process import ProcessSpec
 from afd_e2e.teardown_record import ProcessRecord, TeardownRecord
 
 # A Ray worker's environment is Ray's: OMP_NUM_THREADS=1 and the cluster's
@@ -54,7 +56,7 @@ class ServerAgent:
             scenario_id=scenario_id,
             marker_scan=marker_scan,
             grace_s=grace_s,
-            echo=False,
+            announce=False,
             progress_every_s=None,
             base_env=server_base_env(os.environ),
         )

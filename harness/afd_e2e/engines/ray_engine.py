@@ -26,24 +26,19 @@ from afd_e2e.engines.ray_cluster import (
     ClusterState,
     node_resource,
 )
-from afd_e2e.interrupts import say
 from afd_e2e.launch import HOST, LaunchPlan, NodeAddresses, RoleLaunch, masked_env
-from afd_e2e.procs import (
-    LOG_TAIL_LINES,
-    NOT_READY_TAIL_LINES,
-    ProcessDiedError,
-    ReadinessTimeoutError,
-    RoleError,
-    merge_records,
-)
 from afd_e2e.readiness import Probe, poll_until_ready
+from afd_e2e.role_errors import ProcessDiedError, ReadinessTimeoutError, RoleError
+from afd_e2e.role_logs import LOG_TAIL_LINES, NOT_READY_TAIL_LINES, quote_tail
 from afd_e2e.scenario import Scenario
-from afd_e2e.teardown_record import TeardownRecord
+from afd_e2e.teardown_record import TeardownRecord, merge_records
+from afd_e2e.terminal import StatusLine, ready_line, say, started_line, waiting_line
 
 CALL_TIMEOUT_S = 60.0
 """Bound of one call to an agent (start, poll, tail)."""
-PROGRESS_EVERY_S = 5.0
-"""How often a wait for readiness prints who it still waits for."""
+PROGRESS_EVERY_S = 10.0
+"""How often a wait for readiness prints who it still waits for (off a
+terminal; on one its line is updated in place every second)."""
 PLACEMENT_SHARE = 0.001
 """How much of a node's ``afd-node-*`` resource one server takes: any number
 of servers fit, and only on that node."""
@@ -60,10 +55,6 @@ _Agent = ray.remote(num_cpus=0, max_restarts=0)(_NodeAgent)
 _scan = ray.remote(num_cpus=0, max_retries=0)(scan_node)
 
 
-def _quote(lines: list[str]) -> str:
-    return "\n".join(f"  | {line}" for line in lines)
-
-
 def _node_resources() -> dict[str, set[str]]:
     """Alive Ray node id -> the resources it offers."""
     return {
@@ -74,12 +65,12 @@ def _node_resources() -> dict[str, set[str]]:
 
 
 class RayServers:
-    """The plan's servers, each owned by an actor on its node."""
+    """The plan's servers, each owned by an actor on its node. Their output
+    stays in their log files (on their nodes): nothing is streamed."""
 
-    def __init__(self, plan: LaunchPlan, scenario: Scenario, *, echo: bool) -> None:
+    def __init__(self, plan: LaunchPlan, scenario: Scenario) -> None:
         self.plan = plan
         self.scenario = scenario
-        self.echo = echo
         self.grace_s = scenario.timeouts.teardown_grace_s
         self._agents: dict[str, tuple[RoleLaunch, Any, dict[str, Any], float]] = {}
         self._ready: dict[str, float] = {}
@@ -125,10 +116,9 @@ class RayServers:
                 f"{name}: its Ray actor could not start it: {exc}", [name]
             ) from None
         self._agents[name] = (launch, agent, where, time.monotonic())
-        if self.echo:
-            node = launch.node or "any node"
-            pid, log = where["pid"], where["log"]
-            say(f"afd-e2e: {name} started on {node} (pid {pid}), log {log}")
+        port = None if launch.headless else launch.api_port
+        node = launch.node or "any node"
+        say(started_line(name, where["pid"], port, where["log"], node))
 
     def check_alive(self, during: str = "the run") -> None:
         for name, (launch, agent, where, started) in self._agents.items():
@@ -153,7 +143,7 @@ class RayServers:
                 tail,
                 f"{name} (pid {where['pid']} on {launch.node}) exited with code "
                 f"{code} during {during}, {elapsed:.1f} s after launch; last "
-                f"{len(tail)} lines of {where['log']}:\n{_quote(tail)}",
+                f"{len(tail)} lines of {where['log']}:\n{quote_tail(tail)}",
             )
 
     def wait_ready(
@@ -163,25 +153,31 @@ class RayServers:
         def on_ready(name: str) -> None:
             self._ready[name] = time.monotonic() - self._agents[name][3]
 
-        def progress(
-            pending: Mapping[str, object], seen: Mapping[str, str], waited: float
-        ) -> None:
-            waiting = ", ".join(
-                f"{n} ({seen.get(n, 'not probed yet')})" for n in pending
-            )
-            say(f"afd-e2e: waiting {waited:.0f} s: {waiting}")
+        status = StatusLine(every_s=PROGRESS_EVERY_S)
 
-        poll_until_ready(
-            {n: probes.get(n) for n in self._agents if n not in self._ready},
-            timeout_s=timeout_s,
-            poll_s=poll_s,
-            check_alive=lambda: self.check_alive("start-up"),
-            on_ready=on_ready,
-            not_ready=self._not_ready,
-            progress=progress if self.echo else None,
-            progress_every_s=PROGRESS_EVERY_S,
-        )
-        return {n: self._ready[n] for n in self._agents}
+        def progress(pending: Mapping[str, object], *_: object) -> None:
+            now = time.monotonic()
+            ages = {n: now - entry[3] for n, entry in self._agents.items()}
+            status.update(waiting_line(ages, set(ages) - set(pending)))
+
+        began = time.monotonic()
+        try:
+            poll_until_ready(
+                {n: probes.get(n) for n in self._agents if n not in self._ready},
+                timeout_s=timeout_s,
+                poll_s=poll_s,
+                check_alive=lambda: self.check_alive("start-up"),
+                on_ready=on_ready,
+                not_ready=self._not_ready,
+                progress=progress,
+                progress_every_s=1.0,
+            )
+        except BaseException:
+            status.close()
+            raise
+        ready = {n: self._ready[n] for n in self._agents}
+        status.close(ready_line(ready, time.monotonic() - began))
+        return ready
 
     def _not_ready(
         self, pending: Mapping[str, object], seen: Mapping[str, str], waited: float
@@ -197,7 +193,7 @@ class RayServers:
                 tail = [f"(log unavailable: {exc})"]
             parts.append(
                 f"{name} not ready (last probe: {seen.get(name)}); last "
-                f"{len(tail)} lines of {where['log']}:\n{_quote(tail)}"
+                f"{len(tail)} lines of {where['log']}:\n{quote_tail(tail)}"
             )
         return ReadinessTimeoutError(
             f"not ready after {waited:.1f} s: {', '.join(pending)}\n"
@@ -331,9 +327,14 @@ class RayEngine:
         ]
 
     def servers(
-        self, plan: LaunchPlan, scenario: Scenario, *, echo: bool
+        self, plan: LaunchPlan, scenario: Scenario, *, stream_logs: bool
     ) -> RayServers:
-        return RayServers(plan, scenario, echo=echo)
+        if stream_logs:
+            say(
+                "afd-e2e: --stream-logs: the ray engine streams nothing; each "
+                "server's output is in its log file on its node"
+            )
+        return RayServers(plan, scenario)
 
     def close(self) -> None:
         if ray.is_initialized():
