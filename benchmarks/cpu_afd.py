@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from afd_e2e.launch import cpu_share, free_port, host_cpus
-from afd_e2e.servers import CPU_ENV, VllmServer, VllmServers
+from afd_e2e.launch.plan import cpu_share, free_port, host_cpus
+from afd_e2e.processes.servers import CPU_ENV, VllmServer, VllmServers
 from afd_e2e.tiny_model import build_tiny_model
 from afd_plugin.step_timing import ATTENTION_PARTS, overlap
 from afd_plugin.step_timing import parse_line as parse_timing

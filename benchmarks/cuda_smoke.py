@@ -28,8 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from afd_e2e.launch import free_port
-from afd_e2e.servers import VllmServers
+from afd_e2e.launch.plan import free_port
+from afd_e2e.processes.servers import VllmServers
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

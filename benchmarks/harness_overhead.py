@@ -18,9 +18,9 @@ import time
 import uuid
 from pathlib import Path
 
-from afd_e2e.process_manager import ProcessManager
-from afd_e2e.readiness import tcp_probe
-from afd_e2e.role_process import ProcessSpec
+from afd_e2e.processes.process_manager import ProcessManager
+from afd_e2e.processes.readiness import tcp_probe
+from afd_e2e.processes.role_process import ProcessSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / "tests" / "harness" / "fake_servers" / "role_server.py"

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from afd_e2e.catalogue import Catalogue
-from afd_e2e.gates import discover_lists, lint_lists, render_lists
+from afd_e2e.define.catalogue import Catalogue
+from afd_e2e.publish.gates import discover_lists, lint_lists, render_lists
 
 try:
     from yaml import CSafeLoader as Loader

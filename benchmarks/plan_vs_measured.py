@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from afd_e2e.catalogue import Catalogue
-from afd_e2e.launch import host_cpus
+from afd_e2e.define.catalogue import Catalogue
+from afd_e2e.launch.plan import host_cpus
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

@@ -33,8 +33,13 @@ from typing import Any
 
 import psutil
 
-from afd_e2e.launch import cpu_share, host_cpus
-from afd_e2e.servers import CPU_ENV, ServerTeardownError, VllmServer, VllmServers
+from afd_e2e.launch.plan import cpu_share, host_cpus
+from afd_e2e.processes.servers import (
+    CPU_ENV,
+    ServerTeardownError,
+    VllmServer,
+    VllmServers,
+)
 from afd_e2e.tiny_model import build_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]

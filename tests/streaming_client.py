@@ -14,7 +14,7 @@ import urllib.request
 from collections.abc import Sequence
 
 from afd_e2e.checks.parity import PROMPTS
-from afd_e2e.servers import VllmServer
+from afd_e2e.processes.servers import VllmServer
 
 MAX_TOKENS = 400
 FIRST_TOKENS_S = 120.0

@@ -14,12 +14,14 @@ from pathlib import Path
 from afd_e2e.checks.cancel_recover import run_cancel_recover
 from afd_e2e.checks.evidence import check_dual_ubatch, mark_logs
 from afd_e2e.checks.parity import PROMPTS, ParityError, compare, greedy_tokens
+from afd_e2e.define.scenario import Scenario
 from afd_e2e.engines.base import Engine, Servers, server_probe
 from afd_e2e.engines.local import LocalEngine
-from afd_e2e.interrupts import Interrupted, InterruptGuard
-from afd_e2e.launch import LaunchPlan
-from afd_e2e.process_manager import ProcessManager
-from afd_e2e.report import (
+from afd_e2e.launch.plan import LaunchPlan
+from afd_e2e.processes.interrupts import Interrupted, InterruptGuard
+from afd_e2e.processes.process_manager import ProcessManager
+from afd_e2e.processes.role_errors import RoleError
+from afd_e2e.publish.report import (
     CheckResult,
     RunReport,
     Timings,
@@ -28,8 +30,6 @@ from afd_e2e.report import (
     write_results_json,
     write_summary_markdown,
 )
-from afd_e2e.role_errors import RoleError
-from afd_e2e.scenario import Scenario
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def _parity(plan: LaunchPlan, scenario: Scenario) -> CheckResult:
 def _gsm8k_data(plan: LaunchPlan, scenario: Scenario) -> Path | None:
     """The real data when given; generated items for CPU scenarios otherwise."""
     from afd_e2e.checks.gsm8k.items import write_items
-    from afd_e2e.policy import GSM8K_DATA_ENV
+    from afd_e2e.define.policy import GSM8K_DATA_ENV
 
     spec = scenario.checks.gsm8k
     assert spec is not None

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from afd_e2e.servers import VllmServers
+from afd_e2e.processes.servers import VllmServers
 from afd_e2e.tiny_model import build_tiny_model, default_root
 
 

@@ -26,9 +26,9 @@ import pytest
 from streaming_client import StreamingClient, completion_body
 
 from afd_e2e.checks.parity import PROMPTS
-from afd_e2e.launch import HOST, free_port
-from afd_e2e.proc_scan import scan_marked
-from afd_e2e.servers import VllmServer, VllmServers, afd_config
+from afd_e2e.launch.plan import HOST, free_port
+from afd_e2e.processes.proc_scan import scan_marked
+from afd_e2e.processes.servers import VllmServer, VllmServers, afd_config
 
 pytestmark = pytest.mark.e2e
 

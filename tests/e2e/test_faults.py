@@ -16,8 +16,8 @@ import pytest
 from streaming_client import StreamingClient
 
 from afd_e2e.checks.parity import PROMPTS
-from afd_e2e.launch import free_port
-from afd_e2e.servers import VllmServer, VllmServers, afd_config
+from afd_e2e.launch.plan import free_port
+from afd_e2e.processes.servers import VllmServer, VllmServers, afd_config
 
 pytestmark = pytest.mark.e2e
 

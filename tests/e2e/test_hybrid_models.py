@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from afd_e2e.checks.parity import PROMPTS
-from afd_e2e.servers import VllmServers
+from afd_e2e.processes.servers import VllmServers
 from afd_e2e.tiny_model import corpus_lines
 
 pytestmark = pytest.mark.e2e

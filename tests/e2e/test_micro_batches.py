@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from afd_e2e.checks.parity import PROMPTS
-from afd_e2e.servers import VllmServers
+from afd_e2e.processes.servers import VllmServers
 from afd_plugin.evidence import parse_line
 
 pytestmark = pytest.mark.e2e

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 
-from afd_e2e.ports import pick_free_port
+from afd_e2e.launch.ports import pick_free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PORTS = ("18000", "18001", "29650")

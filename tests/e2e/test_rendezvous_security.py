@@ -25,7 +25,7 @@ import psutil
 import pytest
 
 from afd_e2e.checks.parity import PROMPTS
-from afd_e2e.servers import VllmServer, VllmServers
+from afd_e2e.processes.servers import VllmServer, VllmServers
 
 pytestmark = pytest.mark.e2e
 

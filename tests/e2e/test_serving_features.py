@@ -24,8 +24,8 @@ import pytest
 
 from afd_e2e.checks.cancel_recover import run_cancel_recover
 from afd_e2e.checks.parity import PROMPTS
-from afd_e2e.launch import free_port
-from afd_e2e.servers import VllmServer, VllmServers, afd_config
+from afd_e2e.launch.plan import free_port
+from afd_e2e.processes.servers import VllmServer, VllmServers, afd_config
 from afd_e2e.tiny_model import corpus_lines
 
 pytestmark = pytest.mark.e2e

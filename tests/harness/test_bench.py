@@ -108,11 +108,11 @@ def test_the_table_and_json_put_both_deployments_side_by_side(tmp_path: Path) ->
 BENCH_DRIVER = """
 import json, sys
 from pathlib import Path
-from afd_e2e import policy
+from afd_e2e.define import policy
 from afd_e2e.bench.options import BenchOptions
 from afd_e2e.bench.run import run_bench
-from afd_e2e.catalogue import Catalogue
-from afd_e2e.launch import LaunchPlan, RoleLaunch, free_port
+from afd_e2e.define.catalogue import Catalogue
+from afd_e2e.launch.plan import LaunchPlan, RoleLaunch, free_port
 
 server, run_id, run_dir, root = sys.argv[1:5]
 plan = LaunchPlan(

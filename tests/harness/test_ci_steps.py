@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from lint_repo import ROOT
 
-from afd_e2e.catalogue import Catalogue
-from afd_e2e.gates import render_step
+from afd_e2e.define.catalogue import Catalogue
+from afd_e2e.publish.gates import render_step
 
 
 def stand_in(path: Path, body: str) -> None:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from lint_repo import ROOT
 
-from afd_e2e import ports as harness_ports
 from afd_e2e.cli import main
 from afd_e2e.engines import ray_cluster
+from afd_e2e.launch import ports as harness_ports
 
 
 @pytest.mark.parametrize(

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from lint_repo import ROOT
 
-from afd_e2e.catalogue import Catalogue
 from afd_e2e.cli import main
-from afd_e2e.launch import baseline_topology, build_plan
-from afd_e2e.placement import slots
+from afd_e2e.define.catalogue import Catalogue
+from afd_e2e.launch.placement import slots
+from afd_e2e.launch.plan import baseline_topology, build_plan
 from afd_plugin.config import parse_afd_config
 
 CATALOGUE = Catalogue.load(ROOT)

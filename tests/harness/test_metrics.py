@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from afd_e2e.metrics import afd_step_ms, metric_sum
+from afd_e2e.checks.metrics import afd_step_ms, metric_sum
 
 TEXT = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from lint_repo import ROOT, make_repo
 
-import afd_e2e.launch as launch
-from afd_e2e.catalogue import Catalogue
+import afd_e2e.launch.plan as launch
 from afd_e2e.cli import main
+from afd_e2e.define.catalogue import Catalogue
+from afd_e2e.define.scenario import Scenario
 from afd_e2e.engines.local import LocalEngine
 from afd_e2e.engines.netns import NodeNetwork
-from afd_e2e.scenario import Scenario
 from afd_plugin.config import parse_afd_config
 
 GOLDEN = ROOT / "tests/data/one_node_plans.json"

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from afd_e2e.readiness import ProbeResult, poll_until_ready
+from afd_e2e.processes.readiness import ProbeResult, poll_until_ready
 
 
 class NotReady(Exception):

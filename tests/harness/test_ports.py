@@ -9,8 +9,8 @@ import random
 import socket
 from pathlib import Path
 
-from afd_e2e import ports
-from afd_e2e.launch import free_port
+from afd_e2e.launch import ports
+from afd_e2e.launch.plan import free_port
 
 
 def test_plan_ports_are_never_ones_the_kernel_hands_out() -> None:

@@ -22,12 +22,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from afd_e2e import policy
-from afd_e2e.launch import free_port
-from afd_e2e.process_manager import ProcessManager
-from afd_e2e.readiness import Probe, ProbeResult, attention_api_probe
-from afd_e2e.role_errors import ProcessDiedError, ReadinessTimeoutError
-from afd_e2e.role_process import ProcessSpec
+from afd_e2e.define import policy
+from afd_e2e.launch.plan import free_port
+from afd_e2e.processes.process_manager import ProcessManager
+from afd_e2e.processes.readiness import Probe, ProbeResult, attention_api_probe
+from afd_e2e.processes.role_errors import ProcessDiedError, ReadinessTimeoutError
+from afd_e2e.processes.role_process import ProcessSpec
 
 FAKES = Path(__file__).with_name("fake_servers")
 SERVER = FAKES / "role_server.py"

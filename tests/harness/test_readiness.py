@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from afd_e2e.readiness import (
+from afd_e2e.processes.readiness import (
     PROBE_PROMPT,
     attention_api_probe,
     health_probe,

@@ -23,12 +23,12 @@ import pytest
 import yaml
 from lint_repo import ROOT
 
-from afd_e2e.catalogue import Catalogue
 from afd_e2e.cli import main
+from afd_e2e.define.catalogue import Catalogue
+from afd_e2e.define.scenario import Placement, Scenario
 from afd_e2e.render.k8s import K8sOptions, RenderError, default_name, render_k8s
 from afd_e2e.render.k8s_manifest import LWS_API_VERSION, LWS_RELEASE
 from afd_e2e.render.k8s_pod import DEVICE_RESOURCE, NODE_LABEL, SERVER_LABEL
-from afd_e2e.scenario import Placement, Scenario
 
 CATALOGUE = Catalogue.load(ROOT)
 SCENARIOS = CATALOGUE.scenarios()
@@ -333,7 +333,7 @@ def test_accelerator_requests_equal_the_devices(sid: str) -> None:
 
 @pytest.mark.parametrize("sid", MULTI_NODE + ONE_NODE)
 def test_no_address_and_no_secret_value_is_rendered(sid: str, monkeypatch) -> None:
-    import afd_e2e.launch as launch
+    import afd_e2e.launch.plan as launch
 
     monkeypatch.setattr(launch.secrets, "token_hex", lambda n: SENTINEL)
     plan_secret = launch.secrets.token_hex(16)

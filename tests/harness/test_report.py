@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from afd_e2e.report import (
+from afd_e2e.processes.teardown_record import ProcessRecord, TeardownRecord
+from afd_e2e.publish.report import (
     BAD_INPUT_EXIT,
     CheckResult,
     Outcome,
@@ -23,7 +24,6 @@ from afd_e2e.report import (
     write_junit,
     write_results_json,
 )
-from afd_e2e.teardown_record import ProcessRecord, TeardownRecord
 
 STUCK = ProcessRecord(4242, "ffn:0", ("python", "-m", "vllm", "serve"), "child")
 

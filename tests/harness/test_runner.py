@@ -15,11 +15,11 @@ import pytest
 from lint_repo import ROOT
 from test_procs import SERVER, marked_pids
 
-from afd_e2e import policy
-from afd_e2e.catalogue import Catalogue
-from afd_e2e.launch import LaunchPlan, RoleLaunch, free_port
+from afd_e2e.define import policy
+from afd_e2e.define.catalogue import Catalogue
+from afd_e2e.define.scenario import Checks, ParityCheck, Timeouts
+from afd_e2e.launch.plan import LaunchPlan, RoleLaunch, free_port
 from afd_e2e.runner import RunOptions, execute
-from afd_e2e.scenario import Checks, ParityCheck, Timeouts
 
 BASE = Catalogue.load(ROOT).get("cpu-eager-1a1f")
 

@@ -10,9 +10,9 @@ import pytest
 import yaml
 from lint_repo import ROOT, make_repo
 
-from afd_e2e.catalogue import Catalogue
 from afd_e2e.cli import main
-from afd_e2e.deployment import additional_config
+from afd_e2e.define.catalogue import Catalogue
+from afd_e2e.define.deployment import additional_config
 
 CATALOGUE_IDS = {
     "cpu-dbo-1a1f",

@@ -10,7 +10,15 @@ import sys
 
 import pytest
 
-from afd_e2e.terminal import StatusLine, ready_line, say, started_line, waiting_line
+from afd_e2e.processes.terminal import (
+    StatusLine,
+    ready_line,
+    say,
+    started_line,
+    waiting_line,
+)
+
+TERMINAL = "afd_e2e.processes.terminal"
 
 
 class Terminal(io.StringIO):
@@ -57,7 +65,7 @@ def test_a_line_said_meanwhile_goes_above_the_status_line(monkeypatch):
 def test_the_line_is_cut_to_the_terminal_width(monkeypatch: pytest.MonkeyPatch):
     screen = on_screen(monkeypatch)
     size = os.terminal_size((40, 20))
-    monkeypatch.setattr("afd_e2e.terminal.shutil.get_terminal_size", lambda: size)
+    monkeypatch.setattr(f"{TERMINAL}.shutil.get_terminal_size", lambda: size)
     status = StatusLine()
     status.update("x" * 100)
     drawn = screen.getvalue()[1:]
@@ -66,7 +74,7 @@ def test_the_line_is_cut_to_the_terminal_width(monkeypatch: pytest.MonkeyPatch):
 
 def test_off_a_terminal_it_is_a_line_per_interval(monkeypatch: pytest.MonkeyPatch):
     clock = iter([0.0, 5.0, 10.0, 10.0, 12.0, 21.0, 21.0])
-    monkeypatch.setattr("afd_e2e.terminal.time.monotonic", lambda: next(clock))
+    monkeypatch.setattr(f"{TERMINAL}.time.monotonic", lambda: next(clock))
     out = io.StringIO()
     status = StatusLine(every_s=10.0, stream=out)
     assert not status.in_place

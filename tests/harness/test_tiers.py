@@ -13,7 +13,7 @@ import pytest
 from lint_repo import edit, line_of
 
 from afd_e2e.cli import main
-from afd_e2e.doc_tables import begin, core_blocks, end, scenario_blocks
+from afd_e2e.publish.doc_tables import begin, core_blocks, end, scenario_blocks
 
 READY = "ci/cuda/test-ready.yml"
 MERGE = "ci/cuda/test-merge.yml"

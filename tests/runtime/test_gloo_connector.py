@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 
-from afd_e2e.launch import free_port
+from afd_e2e.launch.plan import free_port
 from afd_plugin.config import AFDConfig
 from afd_plugin.connectors.base import (
     AFDPeerError,

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from afd_e2e.launch import free_port
+from afd_e2e.launch.plan import free_port
 from afd_plugin.config import AFDConfig
 from afd_plugin.connectors.base import ExchangeSpec, LayerExchange
 from afd_plugin.connectors.gpu.p2p_nccl import HostTransport, P2pNcclAFDConnector

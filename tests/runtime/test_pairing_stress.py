@@ -28,7 +28,7 @@ import pytest
 import torch
 from test_gloo_connector import Peer
 
-from afd_e2e.launch import free_port
+from afd_e2e.launch.plan import free_port
 from afd_plugin.config import AFDConfig
 from afd_plugin.connectors.base import ExchangeSpec, LayerExchange
 from afd_plugin.connectors.cpu.p2p_gloo import P2pGlooAFDConnector

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from afd_e2e.launch import free_port
+from afd_e2e.launch.plan import free_port
 from afd_plugin import metrics, metrics_file
 from afd_plugin.connectors import rendezvous as rdzv
 from afd_plugin.connectors.base import AFDPeerError

@@ -30,9 +30,9 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from afd_e2e.catalogue import Catalogue
-from afd_e2e.scenario import SCENARIO_FIELDS, Scenario
-from afd_e2e.yamlpos import Located
+from afd_e2e.define.catalogue import Catalogue
+from afd_e2e.define.scenario import SCENARIO_FIELDS, Scenario
+from afd_e2e.define.yamlpos import Located
 from afd_plugin.config import ALLOWED_CONNECTORS
 from afd_plugin.connectors.registry import AFDConnectorFactory
 
@@ -428,7 +428,7 @@ LOAD_SCRIPT = textwrap.dedent(
     """
     import json, sys, time
     from pathlib import Path
-    from afd_e2e.catalogue import Catalogue
+    from afd_e2e.define.catalogue import Catalogue
     start = time.perf_counter()
     cat = Catalogue.load(Path(sys.argv[1]))
     print(json.dumps({"seconds": time.perf_counter() - start,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from afd_e2e.doc_tables import core_blocks, stale_blocks
+from afd_e2e.publish.doc_tables import core_blocks, stale_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from afd_e2e.catalogue import Catalogue
-from afd_e2e.deployment import afd_config, deployment, speculative_method
-from afd_e2e.scenario import Scenario
+from afd_e2e.define.catalogue import Catalogue
+from afd_e2e.define.deployment import afd_config, deployment, speculative_method
+from afd_e2e.define.scenario import Scenario
 from afd_plugin.config import parse_afd_config
 from afd_plugin.errors import AFDConfigError
 from afd_plugin.serving_features import (

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from afd_e2e.scenario import TinyModel
+from afd_e2e.define.scenario import TinyModel
 from afd_e2e.tiny_model import (
     ARCH_CONFIGS,
     ARCHITECTURES,

@@ -41,13 +41,13 @@ from afd_e2e.bench.profile import (
     timing_lines,
 )
 from afd_e2e.bench.profile_options import SETTLE_LINES, ProfileOptions
-from afd_e2e.interrupts import Interrupted, InterruptGuard
-from afd_e2e.launch import LaunchPlan, RoleLaunch
-from afd_e2e.process_manager import ProcessManager
-from afd_e2e.readiness import Probe, attention_api_probe, health_probe
-from afd_e2e.role_errors import RoleError
-from afd_e2e.role_process import ProcessSpec
-from afd_e2e.scenario import Scenario
+from afd_e2e.define.scenario import Scenario
+from afd_e2e.launch.plan import LaunchPlan, RoleLaunch
+from afd_e2e.processes.interrupts import Interrupted, InterruptGuard
+from afd_e2e.processes.process_manager import ProcessManager
+from afd_e2e.processes.readiness import Probe, attention_api_probe, health_probe
+from afd_e2e.processes.role_errors import RoleError
+from afd_e2e.processes.role_process import ProcessSpec
 from afd_plugin.step_timing import overlap
 
 TIMING_ENV = "AFD_STEP_TIMING"

@@ -15,15 +15,15 @@ from pathlib import Path
 
 from afd_e2e.bench.options import BenchOptions, client_argv
 from afd_e2e.bench.report import BenchReport
-from afd_e2e.interrupts import Interrupted, InterruptGuard
-from afd_e2e.launch import LaunchPlan, RoleLaunch
-from afd_e2e.metrics import afd_step_ms, scrape
-from afd_e2e.process_manager import ProcessManager
-from afd_e2e.readiness import Probe, attention_api_probe, health_probe
-from afd_e2e.role_errors import RoleError
-from afd_e2e.role_logs import tail_lines
-from afd_e2e.role_process import ProcessSpec
-from afd_e2e.scenario import Scenario
+from afd_e2e.checks.metrics import afd_step_ms, scrape
+from afd_e2e.define.scenario import Scenario
+from afd_e2e.launch.plan import LaunchPlan, RoleLaunch
+from afd_e2e.processes.interrupts import Interrupted, InterruptGuard
+from afd_e2e.processes.process_manager import ProcessManager
+from afd_e2e.processes.readiness import Probe, attention_api_probe, health_probe
+from afd_e2e.processes.role_errors import RoleError
+from afd_e2e.processes.role_logs import tail_lines
+from afd_e2e.processes.role_process import ProcessSpec
 from afd_plugin.step_timing import overlap
 
 PROGRESS_EVERY_S = 5.0

@@ -15,9 +15,9 @@ import threading
 import time
 from dataclasses import dataclass
 
+from afd_e2e.checks.completions import StreamOutcome, stream_completion
+from afd_e2e.checks.metrics import metric_sum, scrape
 from afd_e2e.checks.parity import PROMPTS, ParityError, compare, greedy_tokens
-from afd_e2e.completions import StreamOutcome, stream_completion
-from afd_e2e.metrics import metric_sum, scrape
 
 RUNNING = "vllm:num_requests_running"
 GENERATED = "vllm:generation_tokens_total"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from afd_e2e.completions import greedy_token_ids
+from afd_e2e.checks.completions import greedy_token_ids
 
 PROMPTS: tuple[str, ...] = (
     "Janet has three apples and buys five more. How many apples does she have?",

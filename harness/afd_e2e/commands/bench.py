@@ -22,7 +22,7 @@ from afd_e2e.commands.launching import (
     ready_to_start,
     refuse,
 )
-from afd_e2e.scenario import Scenario
+from afd_e2e.define.scenario import Scenario
 from afd_plugin.connectors.registry import AFDConnectorFactory
 
 T = TypeVar("T")

@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from afd_e2e.commands.common import add_root, load
-from afd_e2e.gates import render_lists
+from afd_e2e.publish.gates import render_lists
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

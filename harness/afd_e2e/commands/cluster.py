@@ -15,7 +15,7 @@ DEFAULT_NODES = "node-a,node-b"
 
 
 def _names(text: str) -> list[str]:
-    from afd_e2e.scenario import NODE_NAME
+    from afd_e2e.define.scenario import NODE_NAME
 
     names = [part.strip() for part in text.split(",") if part.strip()]
     bad = [n for n in names if not re.match(NODE_NAME, n)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from afd_e2e.catalogue import Catalogue
+from afd_e2e.define.catalogue import Catalogue
 from afd_e2e.repo import find_root
 
 

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from afd_e2e.doc_tables import all_blocks, stale_blocks, write_blocks
+from afd_e2e.publish.doc_tables import all_blocks, stale_blocks, write_blocks
 from afd_e2e.repo import find_root
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from afd_e2e.checks.gsm8k import Gsm8kRequest, run_gsm8k
 from afd_e2e.checks.gsm8k.gate import FLEXIBLE
-from afd_e2e.policy import GSM8K_DATA_ENV, GSM8K_LIMIT_ENV, GSM8K_THRESHOLD_ENV
+from afd_e2e.define.policy import GSM8K_DATA_ENV, GSM8K_LIMIT_ENV, GSM8K_THRESHOLD_ENV
 
 REFUSED_EXIT = 2
 

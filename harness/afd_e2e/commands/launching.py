@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from afd_e2e.commands.common import add_root, load
+from afd_e2e.define.rules import build_gaps
+from afd_e2e.define.scenario import Scenario
 from afd_e2e.engines.base import Engine, EngineError
-from afd_e2e.launch import LaunchPlan, build_plan
-from afd_e2e.rules import build_gaps
-from afd_e2e.scenario import Scenario
+from afd_e2e.launch.plan import LaunchPlan, build_plan
 from afd_plugin.errors import AFDConfigError
 
 BAD_INPUT = 2

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 from afd_e2e.commands.common import add_root, load
-from afd_e2e.doc_tables import all_blocks, stale_blocks
-from afd_e2e.gates import discover_lists, lint_lists, schema_problems
+from afd_e2e.publish.doc_tables import all_blocks, stale_blocks
+from afd_e2e.publish.gates import discover_lists, lint_lists, schema_problems
 
 SCHEMA_ENV = "AFD_BUILDKITE_SCHEMA"
 

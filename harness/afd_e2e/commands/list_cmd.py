@@ -8,7 +8,7 @@ import json
 from typing import get_args
 
 from afd_e2e.commands.common import add_root, load
-from afd_e2e.scenario import Tier
+from afd_e2e.define.scenario import Tier
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

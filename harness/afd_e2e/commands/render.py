@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 from afd_e2e.commands.common import add_root, load
+from afd_e2e.define.rules import build_gaps
 from afd_e2e.render import RENDER_ENGINES
 from afd_e2e.render.k8s import K8sOptions, RenderError, render_k8s
-from afd_e2e.rules import build_gaps
 from afd_plugin.errors import AFDConfigError
 
 BAD_INPUT = 2

@@ -19,7 +19,7 @@ from afd_e2e.commands.launching import (
     refuse,
 )
 from afd_e2e.engines.base import EngineError
-from afd_e2e.launch import describe
+from afd_e2e.launch.plan import describe
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

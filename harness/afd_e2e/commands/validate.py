@@ -7,8 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from afd_e2e.catalogue import Catalogue
 from afd_e2e.commands.common import add_root
+from afd_e2e.define.catalogue import Catalogue
 from afd_e2e.repo import find_root
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from afd_e2e.launch import LaunchPlan, NodeAddresses, RoleLaunch
-from afd_e2e.readiness import Probe, attention_api_probe, health_probe
-from afd_e2e.scenario import Scenario
-from afd_e2e.teardown_record import TeardownRecord
+from afd_e2e.define.scenario import Scenario
+from afd_e2e.launch.plan import LaunchPlan, NodeAddresses, RoleLaunch
+from afd_e2e.processes.readiness import Probe, attention_api_probe, health_probe
+from afd_e2e.processes.teardown_record import TeardownRecord
 
 
 class EngineError(RuntimeError):

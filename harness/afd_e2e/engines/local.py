@@ -9,12 +9,12 @@ from __future__ import annotations
 import secrets
 from typing import Literal
 
+from afd_e2e.define.scenario import Scenario
 from afd_e2e.engines.base import EngineError
 from afd_e2e.engines.netns import NodeNetwork
-from afd_e2e.launch import LaunchPlan, NodeAddresses, RoleLaunch, loopback_nodes
-from afd_e2e.process_manager import ProcessManager
-from afd_e2e.role_process import ProcessSpec
-from afd_e2e.scenario import Scenario
+from afd_e2e.launch.plan import LaunchPlan, NodeAddresses, RoleLaunch, loopback_nodes
+from afd_e2e.processes.process_manager import ProcessManager
+from afd_e2e.processes.role_process import ProcessSpec
 
 NodeNetworkKind = Literal["loopback", "netns"]
 

@@ -2,10 +2,10 @@
 """What runs inside a Ray actor on a node: one server process, owned there.
 
 The agent starts the server in its own session through a
-:class:`~afd_e2e.process_manager.ProcessManager` (its log file, its run markers), and
-stops it the same strict way: SIGTERM, grace, SIGKILL, then a marker scan of
-the node for anything of the server left. It never decides the verdict; it
-returns the teardown record for the harness to judge.
+:class:`~afd_e2e.processes.process_manager.ProcessManager` (its log file,
+its run markers), and stops it the same strict way: SIGTERM, grace, SIGKILL,
+then a marker scan of the node for anything of the server left. It never
+decides the verdict; it returns the teardown record for the harness to judge.
 
 Imported in Ray worker processes; it needs no Ray import itself."""
 
@@ -16,11 +16,11 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from afd_e2e.proc_scan import scan_marked
-from afd_e2e.process_manager import ProcessManager
-from afd_e2e.role_logs import LOG_TAIL_LINES, tail_lines
-from afd_e2e.role_process import ProcessSpec
-from afd_e2e.teardown_record import ProcessRecord, TeardownRecord
+from afd_e2e.processes.proc_scan import scan_marked
+from afd_e2e.processes.process_manager import ProcessManager
+from afd_e2e.processes.role_logs import LOG_TAIL_LINES, tail_lines
+from afd_e2e.processes.role_process import ProcessSpec
+from afd_e2e.processes.teardown_record import ProcessRecord, TeardownRecord
 
 # A Ray worker's environment is Ray's: OMP_NUM_THREADS=1 and the cluster's
 # address. A server must see neither (vLLM would run one thread, or join the

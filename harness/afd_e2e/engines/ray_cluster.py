@@ -25,10 +25,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from afd_e2e import policy
-from afd_e2e.launch import HOST, free_port
-from afd_e2e.ports import RANGE_BLOCK
-from afd_e2e.proc_scan import scan_marked, wait_exit
+from afd_e2e.define import policy
+from afd_e2e.launch.plan import HOST, free_port
+from afd_e2e.launch.ports import RANGE_BLOCK
+from afd_e2e.processes.proc_scan import scan_marked, wait_exit
 
 NODE_RESOURCE_PREFIX = "afd-node-"
 DEFAULT_STATE_DIR = Path("runs") / "ray-cluster"

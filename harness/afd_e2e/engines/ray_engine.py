@@ -19,6 +19,7 @@ from typing import Any
 
 import ray
 
+from afd_e2e.define.scenario import Scenario
 from afd_e2e.engines.base import EngineError
 from afd_e2e.engines.ray_agent import ServerAgent, scan_node
 from afd_e2e.engines.ray_cluster import (
@@ -26,13 +27,22 @@ from afd_e2e.engines.ray_cluster import (
     ClusterState,
     node_resource,
 )
-from afd_e2e.launch import HOST, LaunchPlan, NodeAddresses, RoleLaunch, masked_env
-from afd_e2e.readiness import Probe, poll_until_ready
-from afd_e2e.role_errors import ProcessDiedError, ReadinessTimeoutError, RoleError
-from afd_e2e.role_logs import LOG_TAIL_LINES, NOT_READY_TAIL_LINES, quote_tail
-from afd_e2e.scenario import Scenario
-from afd_e2e.teardown_record import TeardownRecord, merge_records
-from afd_e2e.terminal import StatusLine, ready_line, say, started_line, waiting_line
+from afd_e2e.launch.plan import HOST, LaunchPlan, NodeAddresses, RoleLaunch, masked_env
+from afd_e2e.processes.readiness import Probe, poll_until_ready
+from afd_e2e.processes.role_errors import (
+    ProcessDiedError,
+    ReadinessTimeoutError,
+    RoleError,
+)
+from afd_e2e.processes.role_logs import LOG_TAIL_LINES, NOT_READY_TAIL_LINES, quote_tail
+from afd_e2e.processes.teardown_record import TeardownRecord, merge_records
+from afd_e2e.processes.terminal import (
+    StatusLine,
+    ready_line,
+    say,
+    started_line,
+    waiting_line,
+)
 
 CALL_TIMEOUT_S = 60.0
 """Bound of one call to an agent (start, poll, tail)."""

@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from afd_e2e.define.yamlpos import load_file
 from afd_e2e.plan.types import DTYPES, PlanInputError
-from afd_e2e.yamlpos import load_file
 from afd_plugin.errors import pydantic_message
 
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "plan_profiles"

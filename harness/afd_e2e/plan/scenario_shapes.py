@@ -13,7 +13,7 @@ def scenario_shape(
     scenario_id: str, root: Path | None, model_root: Path | None
 ) -> ModelShape | None:
     """None when no scenario has this id (or there is no repository)."""
-    from afd_e2e.catalogue import Catalogue
+    from afd_e2e.define.catalogue import Catalogue
     from afd_e2e.plan.shapes import read_config_file, shape_from_config
     from afd_e2e.repo import find_root
 

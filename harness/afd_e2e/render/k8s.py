@@ -52,7 +52,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from afd_e2e.launch import SECRET_ENV, LaunchPlan, RoleLaunch, build_plan
+from afd_e2e.define.scenario import Ports, Scenario
+from afd_e2e.launch.plan import SECRET_ENV, LaunchPlan, RoleLaunch, build_plan
 from afd_e2e.render.k8s_manifest import (
     LWS_API_VERSION,
     Manifest,
@@ -72,7 +73,6 @@ from afd_e2e.render.k8s_pod import (
     server_env,
     worker_command,
 )
-from afd_e2e.scenario import Ports, Scenario
 from afd_plugin.config import AFDConfig
 
 API_PORT = 8000

@@ -10,7 +10,8 @@ from typing import Any
 
 import yaml
 
-from afd_e2e.launch import LaunchPlan
+from afd_e2e.define.scenario import Scenario
+from afd_e2e.launch.plan import LaunchPlan
 from afd_e2e.render.k8s_pod import (
     DEVICE_RESOURCE,
     NODE_LABEL,
@@ -19,7 +20,6 @@ from afd_e2e.render.k8s_pod import (
     PodSettings,
     accelerators,
 )
-from afd_e2e.scenario import Scenario
 
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 LWS_RELEASE = "v0.10.0"

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from afd_e2e import policy
-from afd_e2e.launch import DEVICE_ENV, SECRET_ENV, RoleLaunch
+from afd_e2e.define import policy
+from afd_e2e.launch.plan import DEVICE_ENV, SECRET_ENV, RoleLaunch
 
 ONE_NODE = "node-0"
 """The logical node of a scenario without a placement."""

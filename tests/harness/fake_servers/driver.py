@@ -12,12 +12,12 @@ import sys
 import time
 from pathlib import Path
 
-from afd_e2e.interrupts import Interrupted, InterruptGuard
-from afd_e2e.process_manager import ProcessManager
-from afd_e2e.readiness import Probe, ProbeResult, attention_api_probe
-from afd_e2e.report import CheckResult, RunReport, Timings, write_results_json
-from afd_e2e.role_errors import RoleError
-from afd_e2e.role_process import ProcessSpec
+from afd_e2e.processes.interrupts import Interrupted, InterruptGuard
+from afd_e2e.processes.process_manager import ProcessManager
+from afd_e2e.processes.readiness import Probe, ProbeResult, attention_api_probe
+from afd_e2e.processes.role_errors import RoleError
+from afd_e2e.processes.role_process import ProcessSpec
+from afd_e2e.publish.report import CheckResult, RunReport, Timings, write_results_json
 
 SERVER = Path(__file__).with_name("role_server.py")
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from afd_e2e.policy import GSM8K_DATA_ENV
+from afd_e2e.define.policy import GSM8K_DATA_ENV
 
 JSONL_SPLITS = ("test.jsonl", "train.jsonl")
 PARQUET_SPLITS = ("test-00000-of-00001.parquet", "train-00000-of-00001.parquet")

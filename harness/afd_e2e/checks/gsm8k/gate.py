@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from afd_e2e.policy import (
+from afd_e2e.define.policy import (
     DBO_MIN_CONCURRENCY,
     DBO_MIN_SAMPLES,
     GSM8K_LIMIT_ENV,

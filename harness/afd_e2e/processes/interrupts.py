@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """SIGINT/SIGTERM during a run: the first raises Interrupted, or waits while shielded.
 
-The handler prints through :func:`afd_e2e.terminal.say`, whose lock is re-entrant.
+The handler prints through :func:`afd_e2e.processes.terminal.say`, whose lock
+is re-entrant.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import FrameType
 from typing import Any
 
-from afd_e2e.terminal import say
+from afd_e2e.processes.terminal import say
 
 
 class Interrupted(BaseException):

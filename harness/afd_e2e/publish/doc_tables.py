@@ -305,8 +305,8 @@ def write_blocks(root: Path, blocks: Iterable[Generated]) -> list[str]:
 
 def scenario_table(root: Path) -> str:
     """Every scenario with its tier, shape and the CI lists that run it."""
-    from afd_e2e.catalogue import Catalogue
-    from afd_e2e.gates import discover_lists, read_list
+    from afd_e2e.define.catalogue import Catalogue
+    from afd_e2e.publish.gates import discover_lists, read_list
 
     scenarios = Catalogue.load(root).scenarios()
     runs: dict[str, list[str]] = {}
@@ -411,8 +411,8 @@ def bench_table(root: Path) -> str:
 def ci_step_example(root: Path) -> str:
     """The step ``afd-e2e ci render`` writes for the first PR-gate scenario
     (by id): what a Buildkite user's pipeline runs."""
-    from afd_e2e.catalogue import Catalogue
-    from afd_e2e.gates import step_text
+    from afd_e2e.define.catalogue import Catalogue
+    from afd_e2e.publish.gates import step_text
 
     scenarios = Catalogue.load(root).scenarios()
     gated = sorted(sid for sid, s in scenarios.items() if s.tier == "pr")

@@ -12,15 +12,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from afd_e2e.deployment import role_topology
-from afd_e2e.scenario import (
+from afd_e2e.define.deployment import role_topology
+from afd_e2e.define.scenario import (
     NODE_NAME,
     LoadedScenario,
     PlacementEntry,
     RoleTopology,
     Scenario,
 )
-from afd_e2e.yamlpos import Located
+from afd_e2e.define.yamlpos import Located
 
 INTERFACE_ENV = {
     "cpu": ("GLOO_SOCKET_IFNAME",),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from afd_e2e.scenario import RoleTopology, Scenario
+from afd_e2e.define.scenario import RoleTopology, Scenario
 from afd_plugin.config import AFDConfig, parse_afd_config
 from afd_plugin.errors import AFDConfigError, FieldError
 from afd_plugin.validation import Deployment

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from afd_e2e.teardown_record import TeardownRecord
+from afd_e2e.processes.teardown_record import TeardownRecord
 
 RESULTS_SCHEMA = 1
 BAD_INPUT_EXIT = 2

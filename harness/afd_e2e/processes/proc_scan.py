@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 
 import psutil
 
-from afd_e2e import policy
-from afd_e2e.teardown_record import ProcessRecord
+from afd_e2e.define import policy
+from afd_e2e.processes.teardown_record import ProcessRecord
 
 
 def open_pidfd(pid: int) -> int | None:

@@ -4,7 +4,7 @@
 :class:`ProcessManager` starts each process in its own session with the run's
 markers and its log file, waits for readiness (saying how it goes on one
 status line), and tears down under the SIGKILL policy of
-:mod:`afd_e2e.teardown`: SIGTERM, one shared grace deadline, and any SIGKILL
+:mod:`afd_e2e.processes.teardown`: SIGTERM, one shared grace deadline, and any SIGKILL
 fails the record.
 """
 
@@ -21,21 +21,31 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from afd_e2e import policy
-from afd_e2e.interrupts import shielded
-from afd_e2e.readiness import Probe, poll_until_ready
-from afd_e2e.role_errors import ProcessDiedError, ReadinessTimeoutError, RoleError
-from afd_e2e.role_logs import (
+from afd_e2e.define import policy
+from afd_e2e.processes.interrupts import shielded
+from afd_e2e.processes.readiness import Probe, poll_until_ready
+from afd_e2e.processes.role_errors import (
+    ProcessDiedError,
+    ReadinessTimeoutError,
+    RoleError,
+)
+from afd_e2e.processes.role_logs import (
     LOG_TAIL_LINES,
     NOT_READY_TAIL_LINES,
     LogStream,
     quote_tail,
     tail_lines,
 )
-from afd_e2e.role_process import ProcessSpec, RoleProcess
-from afd_e2e.teardown import Teardown
-from afd_e2e.teardown_record import TeardownRecord, merge_records
-from afd_e2e.terminal import StatusLine, ready_line, say, started_line, waiting_line
+from afd_e2e.processes.role_process import ProcessSpec, RoleProcess
+from afd_e2e.processes.teardown import Teardown
+from afd_e2e.processes.teardown_record import TeardownRecord, merge_records
+from afd_e2e.processes.terminal import (
+    StatusLine,
+    ready_line,
+    say,
+    started_line,
+    waiting_line,
+)
 
 __all__ = ["ProcessManager"]
 

@@ -13,11 +13,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from afd_e2e import policy
-from afd_e2e.deployment import additional_config
-from afd_e2e.placement import ServerSlot, node_env, rendezvous_node, slots
-from afd_e2e.ports import pick_free_port
-from afd_e2e.scenario import RoleTopology, Scenario
+from afd_e2e.define import policy
+from afd_e2e.define.deployment import additional_config
+from afd_e2e.define.scenario import RoleTopology, Scenario
+from afd_e2e.launch.placement import ServerSlot, node_env, rendezvous_node, slots
+from afd_e2e.launch.ports import pick_free_port
 from afd_plugin.config import parse_afd_config
 from afd_plugin.connectors.registry import AFDConnectorFactory
 
@@ -203,7 +203,7 @@ class LaunchPlan:
 def free_port() -> int:
     """A port free on loopback now, outside the kernel's ephemeral range so
     no process binding port 0 can take it before its server does
-    (:mod:`afd_e2e.ports`)."""
+    (:mod:`afd_e2e.launch.ports`)."""
     return pick_free_port(HOST)
 
 

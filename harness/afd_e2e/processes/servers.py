@@ -12,19 +12,19 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from afd_e2e.completions import (
+from afd_e2e.checks.completions import (
     StreamOutcome,
     greedy_token_ids,
     post_completion,
     stream_completion,
 )
-from afd_e2e.launch import HOST, free_port, server_argv
-from afd_e2e.metrics import metric_sum, scrape
-from afd_e2e.process_manager import ProcessManager
-from afd_e2e.readiness import health_probe
-from afd_e2e.role_logs import tail_lines
-from afd_e2e.role_process import ProcessSpec, RoleProcess
-from afd_e2e.teardown_record import TeardownRecord
+from afd_e2e.checks.metrics import metric_sum, scrape
+from afd_e2e.launch.plan import HOST, free_port, server_argv
+from afd_e2e.processes.process_manager import ProcessManager
+from afd_e2e.processes.readiness import health_probe
+from afd_e2e.processes.role_logs import tail_lines
+from afd_e2e.processes.role_process import ProcessSpec, RoleProcess
+from afd_e2e.processes.teardown_record import TeardownRecord
 
 __all__ = [
     "CPU_ARGS",

@@ -13,7 +13,7 @@ import os
 import threading
 from pathlib import Path
 
-from afd_e2e.terminal import say
+from afd_e2e.processes.terminal import say
 
 __all__ = [
     "LOG_TAIL_LINES",

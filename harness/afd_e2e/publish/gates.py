@@ -13,9 +13,9 @@ from typing import Any
 
 import yaml
 
-from afd_e2e import policy
-from afd_e2e.scenario import TIER_RANK, Scenario
-from afd_e2e.yamlpos import YamlDoc, load_file
+from afd_e2e.define import policy
+from afd_e2e.define.scenario import TIER_RANK, Scenario
+from afd_e2e.define.yamlpos import YamlDoc, load_file
 
 RUN_RE = re.compile(r"afd-e2e\s+run\s+([A-Za-z0-9][\w.\-]*)")
 NARROWING = ("-k", "-m", "--deselect", "--lf", "--last-failed")

@@ -13,8 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from afd_e2e.define.yamlpos import Located, YamlDoc, load_file
 from afd_e2e.tiny_model import ARCHITECTURES, ARCHS
-from afd_e2e.yamlpos import Located, YamlDoc, load_file
 from afd_plugin.errors import pydantic_message
 
 Backend = Literal["cpu", "cuda", "npu"]

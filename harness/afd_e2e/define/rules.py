@@ -6,17 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from afd_e2e import policy
-from afd_e2e.deployment import (
+from afd_e2e.define import policy
+from afd_e2e.define.deployment import (
     FEATURE_FLAGS,
     ROLES,
     afd_config,
     deployment,
     flag_location,
 )
-from afd_e2e.placement import placement_errors
-from afd_e2e.scenario import LoadedScenario, Scenario
-from afd_e2e.yamlpos import Located
+from afd_e2e.define.scenario import LoadedScenario, Scenario
+from afd_e2e.define.yamlpos import Located
+from afd_e2e.launch.placement import placement_errors
 from afd_plugin.errors import AFDConfigError, FieldError
 from afd_plugin.validation import check_deployment
 

@@ -10,15 +10,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from afd_e2e.rules import check_scenario
-from afd_e2e.scenario import (
+from afd_e2e.define.rules import check_scenario
+from afd_e2e.define.scenario import (
     LoadedScenario,
     Scenario,
     ScenarioSource,
     read_source,
     resolve,
 )
-from afd_e2e.yamlpos import Located
+from afd_e2e.define.yamlpos import Located
 
 
 def _key(err: Located) -> tuple[str, int, int, str]:

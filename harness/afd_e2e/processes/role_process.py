@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from afd_e2e.role_logs import LogStream
+from afd_e2e.processes.role_logs import LogStream
 
 __all__ = ["ProcessSpec", "RoleProcess"]
 

@@ -6,7 +6,7 @@ marker (escaped double forks too), one shared grace deadline, then SIGKILL for
 whatever survived, which fails the record; a final marker scan names anything
 left as a leak. The marker-scan exception (``policy.MARKER_SCAN_SCENARIOS``
 only) SIGKILLs FFN survivors by pidfd without failing. The result is a
-:class:`~afd_e2e.teardown_record.TeardownRecord`; the verdict is the runner's.
+:class:`~afd_e2e.processes.teardown_record.TeardownRecord`; the verdict is the runner's.
 """
 
 from __future__ import annotations
@@ -20,9 +20,15 @@ from collections.abc import Iterable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 
-from afd_e2e.proc_scan import Target, adopt, scan_marked, snapshot_trees, wait_exit
-from afd_e2e.role_process import RoleProcess
-from afd_e2e.teardown_record import TeardownRecord
+from afd_e2e.processes.proc_scan import (
+    Target,
+    adopt,
+    scan_marked,
+    snapshot_trees,
+    wait_exit,
+)
+from afd_e2e.processes.role_process import RoleProcess
+from afd_e2e.processes.teardown_record import TeardownRecord
 
 __all__ = ["Teardown"]
 
