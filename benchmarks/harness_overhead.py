@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Overhead of the harness process manager against bare Popen/poll/terminate/wait.
 
-Both start the same N fake role servers in the same run, interleaved; medians.
+Both start the same N stand-in servers (idle_server.py) in the same run,
+interleaved; medians.
 Usage: python benchmarks/harness_overhead.py [--servers N] [--runs R] [--json PATH]
 """
 
@@ -22,8 +23,7 @@ from afd_e2e.processes.process_manager import ProcessManager
 from afd_e2e.processes.readiness import tcp_probe
 from afd_e2e.processes.role_process import ProcessSpec
 
-ROOT = Path(__file__).resolve().parent.parent
-SERVER = ROOT / "tests" / "harness" / "fake_servers" / "role_server.py"
+SERVER = Path(__file__).with_name("idle_server.py")
 POLL_S = 0.01  # both sides poll at the same pace
 
 
@@ -124,7 +124,7 @@ def main() -> int:
             samples["mgr ready"].append(ready)
             samples["mgr reap"].append(reap)
     med = {name: statistics.median(values) for name, values in samples.items()}
-    print(f"{args.servers} fake servers, {args.runs} runs, medians")
+    print(f"{args.servers} stand-in servers, {args.runs} runs, medians")
     print(f"{'phase':22} {'bare ms':>9} {'manager ms':>11} {'ratio':>7}")
     results = {}
     for phase, label in (
