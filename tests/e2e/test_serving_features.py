@@ -346,6 +346,7 @@ def test_afd_metrics_move_on_both_roles(
     colocated = servers.start("colocated", qwen3_moe, env=envs["colocated"])
     attention.wait_ready()
     colocated.wait_ready()
+    ffn.wait_ready()  # its API may come up after the attention server is ready
     roles = ((attention, "attention"), (ffn, "ffn"))
 
     def scrape() -> dict[str, float]:
