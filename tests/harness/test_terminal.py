@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from afd_e2e.processes.terminal import (
+    ReadinessLine,
     StatusLine,
     ready_line,
     say,
@@ -101,3 +102,23 @@ def test_the_start_and_wait_lines():
     assert ready_line({"ffn:0": 30.2}, 30.6) == (
         "afd-e2e: 1 server ready after 31 s (ffn:0 30 s)"
     )
+
+
+def test_a_readiness_line_is_taken_off_when_the_wait_fails(monkeypatch):
+    """A wait that raises leaves no half-drawn line and no 'ready' line; one
+    that ends leaves exactly the all-ready line."""
+    screen = on_screen(monkeypatch)
+    with pytest.raises(TimeoutError), ReadinessLine({"ffn:0": 0.0}, 10.0) as line:
+        line.progress({"ffn:0": None})
+        raise TimeoutError
+    assert screen.getvalue().endswith("\r")  # erased, nothing after it
+    assert "ready after" not in screen.getvalue()
+    with ReadinessLine({"ffn:0": 0.0}, 10.0) as line:
+        line.progress({})
+        line.close({"ffn:0": 3.0})
+    assert screen.getvalue().endswith("ready after 0 s (ffn:0 3 s)\n")
+    with ReadinessLine({"ffn:0": 0.0}, None) as quiet:  # no line at all
+        before = screen.getvalue()
+        quiet.progress({"ffn:0": None})
+        quiet.close({"ffn:0": 3.0})
+    assert screen.getvalue() == before

@@ -36,13 +36,7 @@ from afd_e2e.processes.role_errors import (
 )
 from afd_e2e.processes.role_logs import LOG_TAIL_LINES, NOT_READY_TAIL_LINES, quote_tail
 from afd_e2e.processes.teardown_record import TeardownRecord, merge_records
-from afd_e2e.processes.terminal import (
-    StatusLine,
-    ready_line,
-    say,
-    started_line,
-    waiting_line,
-)
+from afd_e2e.processes.terminal import ReadinessLine, say, started_line
 
 CALL_TIMEOUT_S = 60.0
 """Bound of one call to an agent (start, poll, tail)."""
@@ -163,15 +157,8 @@ class RayServers:
         def on_ready(name: str) -> None:
             self._ready[name] = time.monotonic() - self._agents[name][3]
 
-        status = StatusLine(every_s=PROGRESS_EVERY_S)
-
-        def progress(pending: Mapping[str, object], *_: object) -> None:
-            now = time.monotonic()
-            ages = {n: now - entry[3] for n, entry in self._agents.items()}
-            status.update(waiting_line(ages, set(ages) - set(pending)))
-
-        began = time.monotonic()
-        try:
+        starts = {n: entry[3] for n, entry in self._agents.items()}
+        with ReadinessLine(starts, PROGRESS_EVERY_S) as line:
             poll_until_ready(
                 {n: probes.get(n) for n in self._agents if n not in self._ready},
                 timeout_s=timeout_s,
@@ -179,14 +166,11 @@ class RayServers:
                 check_alive=lambda: self.check_alive("start-up"),
                 on_ready=on_ready,
                 not_ready=self._not_ready,
-                progress=progress,
+                progress=line.progress,
                 progress_every_s=1.0,
             )
-        except BaseException:
-            status.close()
-            raise
-        ready = {n: self._ready[n] for n in self._agents}
-        status.close(ready_line(ready, time.monotonic() - began))
+            ready = {n: self._ready[n] for n in self._agents}
+            line.close(ready)
         return ready
 
     def _not_ready(

@@ -39,13 +39,7 @@ from afd_e2e.processes.role_logs import (
 from afd_e2e.processes.role_process import ProcessSpec, RoleProcess
 from afd_e2e.processes.teardown import Teardown
 from afd_e2e.processes.teardown_record import TeardownRecord, merge_records
-from afd_e2e.processes.terminal import (
-    StatusLine,
-    ready_line,
-    say,
-    started_line,
-    waiting_line,
-)
+from afd_e2e.processes.terminal import ReadinessLine, say, started_line
 
 __all__ = ["ProcessManager"]
 
@@ -251,16 +245,8 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
             logger.info("%s ready after %.1f s", name, proc.ready_after_s)
 
         every = self.progress_every_s
-        status = StatusLine(every_s=every) if every else None
-
-        def progress(pending: Mapping[str, object], *_: object) -> None:
-            assert status is not None
-            now = time.monotonic()
-            ages = {n: now - known[n].started_at for n in awaited}
-            status.update(waiting_line(ages, set(awaited) - set(pending)))
-
-        began = time.monotonic()
-        try:
+        starts = {n: known[n].started_at for n in awaited}
+        with ReadinessLine(starts, every) as line:
             poll_until_ready(
                 {n: probes.get(n) for n in awaited if known[n].ready_after_s is None},
                 timeout_s=timeout_s,
@@ -268,16 +254,11 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
                 check_alive=lambda: self.check_alive("start-up"),
                 on_ready=on_ready,
                 not_ready=self._not_ready,
-                progress=progress if status is not None else None,
+                progress=line.progress if every else None,
                 progress_every_s=min(1.0, every) if every else None,
             )
-        except BaseException:
-            if status is not None:
-                status.close()
-            raise
-        ready = {n: known[n].ready_after_s or 0.0 for n in awaited}
-        if status is not None:
-            status.close(ready_line(ready, time.monotonic() - began))
+            ready = {n: known[n].ready_after_s or 0.0 for n in awaited}
+            line.close(ready)
         return ready
 
     def _not_ready(

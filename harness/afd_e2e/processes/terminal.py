@@ -140,4 +140,47 @@ def ready_line(ready_s: Mapping[str, float], waited_s: float) -> str:
     return f"afd-e2e: {_servers(len(ready_s))} ready after {waited_s:.0f} s ({each})"
 
 
-__all__ = ["StatusLine", "ready_line", "say", "started_line", "waiting_line"]
+class ReadinessLine:
+    """The status line of one wait for servers to be ready, for any engine:
+    while it lasts, who is ready and who is starting (:func:`waiting_line`,
+    fed to ``poll_until_ready`` as its ``progress``); once all are ready,
+    :meth:`close` with their times leaves :func:`ready_line`. Used as a
+    context manager it is taken off whatever ends the wait. ``every_s`` None:
+    it prints nothing."""
+
+    def __init__(self, started_at: Mapping[str, float], every_s: float | None) -> None:
+        self.started_at = dict(started_at)
+        """Each awaited server's ``time.monotonic()`` at its start."""
+        self._line = StatusLine(every_s=every_s) if every_s else None
+        self._began = time.monotonic()
+
+    def progress(self, pending: Collection[str], *_: object) -> None:
+        if self._line is None:
+            return
+        now = time.monotonic()
+        ages = {name: now - at for name, at in self.started_at.items()}
+        self._line.update(waiting_line(ages, set(ages) - set(pending)))
+
+    def close(self, ready_s: Mapping[str, float] | None = None) -> None:
+        """Take the line off; with ``ready_s`` leave the all-ready line."""
+        if self._line is None:
+            return
+        waited = time.monotonic() - self._began
+        self._line.close(None if ready_s is None else ready_line(ready_s, waited))
+        self._line = None
+
+    def __enter__(self) -> ReadinessLine:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+__all__ = [
+    "ReadinessLine",
+    "StatusLine",
+    "ready_line",
+    "say",
+    "started_line",
+    "waiting_line",
+]
