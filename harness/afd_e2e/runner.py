@@ -13,6 +13,7 @@ from pathlib import Path
 
 from afd_e2e.checks.cancel_recover import run_cancel_recover
 from afd_e2e.checks.evidence import check_dual_ubatch, mark_logs
+from afd_e2e.checks.ffn_failover import FailoverTarget, FfnServer, run_ffn_failover
 from afd_e2e.checks.parity import PROMPTS, ParityError, compare, greedy_tokens
 from afd_e2e.define.scenario import Scenario
 from afd_e2e.engines.base import Engine, Servers, server_probe
@@ -256,6 +257,69 @@ def _cold_restart(plan: LaunchPlan, scenario: Scenario, procs: Servers) -> Check
     )
 
 
+def _peer_timeout_s(scenario: Scenario) -> float:
+    """The connector's ``peer_timeout_s`` as the servers parse it."""
+    from afd_plugin.connectors.registry import AFDConnectorFactory
+
+    assert scenario.connector is not None
+    extra = AFDConnectorFactory.parse_extra_config(
+        scenario.connector.name, scenario.connector.extra
+    )
+    return float(getattr(extra, "peer_timeout_s", 60.0))
+
+
+def _ffn_failover(plan: LaunchPlan, scenario: Scenario, procs: Servers) -> CheckResult:
+    """SIGKILL the active FFN server mid-generation (the fault is recorded in
+    the teardown record as injected); see :mod:`afd_e2e.checks.ffn_failover`."""
+    spec = scenario.checks.ffn_failover
+    assert spec is not None
+    start = time.monotonic()
+    servers = [r for r in plan.roles if r.role == "ffn" and not r.headless]
+    servers += [r for r in plan.roles if r.role == "standby"]
+    attention = [r for r in plan.roles if r.role == "attention"]
+    logs = procs.commands()
+    baseline = plan.role("baseline")
+    target = FailoverTarget(
+        api_url=plan.api.base_url,
+        model=plan.served_name,
+        ffn=[FfnServer(f"{r.role}:{r.rank}", r.base_url) for r in servers],
+        attention=[f"{r.role}:{r.rank}" for r in attention],
+        attention_logs=[
+            Path(logs[name]["log"])
+            for name in (f"{r.role}:{r.rank}" for r in attention)
+            if name in logs
+        ],
+        peer_timeout_s=_peer_timeout_s(scenario),
+    )
+
+    def reference(prompts: list[str], max_tokens: int) -> list[list[int]]:
+        assert baseline is not None
+        return greedy_tokens(baseline.base_url, plan.served_name, prompts, max_tokens)
+
+    try:
+        outcome = run_ffn_failover(
+            target,
+            spec,
+            procs,
+            reference if baseline is not None else None,
+            timeout_s=scenario.timeouts.checks_s,
+        )
+    except ParityError as exc:
+        return CheckResult(
+            "ffn_failover",
+            False,
+            f"FAIL ffn_failover: the colocated reference: {exc}",
+            duration_s=time.monotonic() - start,
+        )
+    return CheckResult(
+        "ffn_failover",
+        outcome.passed,
+        outcome.message,
+        outcome.figures,
+        time.monotonic() - start,
+    )
+
+
 def _mark_afd_logs(plan: LaunchPlan) -> dict[Path, int]:
     """Byte offsets of the AFD roles' logs now; the baseline's is not evidence."""
     return mark_logs(
@@ -327,6 +391,9 @@ def execute(
             if scenario.checks.cold_restart is not None:
                 report.checks.append(_cold_restart(plan, scenario, procs))
                 procs.check_alive("the cold-restart check")
+            if scenario.checks.ffn_failover is not None:  # last: it kills servers
+                report.checks.append(_ffn_failover(plan, scenario, procs))
+                procs.check_alive("the FFN failover check")
             timings.checks_s = time.monotonic() - t2
             if options.keep_running:
                 endpoints = ", ".join(f"{r.name} {r.base_url}" for r in plan.roles)

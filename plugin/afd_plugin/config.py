@@ -66,7 +66,8 @@ class AFDConfig(BaseModel):
     """Connector exchanging hidden states between the roles (see the table)."""
 
     host: str = "127.0.0.1"
-    """Address of the rendezvous endpoint (the first FFN rank listens here)."""
+    """Address of the rendezvous endpoint (the first FFN rank listens here; the
+    first attention rank when `num_ffn_standby` > 0)."""
 
     port: int = Field(default=29650, ge=1, le=65535)
     """TCP port of the rendezvous endpoint; both roles must use the same one."""
@@ -94,6 +95,18 @@ class AFDConfig(BaseModel):
 
     num_ffn_ranks: int = Field(default=1, ge=1)
     """Number of FFN ranks in the deployment (FFN DP x TP)."""
+
+    num_ffn_standby: int = Field(default=0, ge=0, le=64)
+    """Standby FFN servers the deployment starts (every server names the same
+    count). A standby loads the FFN weights, joins the rendezvous and waits;
+    when an FFN rank dies or stops answering, its attention ranks promote a
+    standby in its place mid-step and resend what was in flight, so no
+    request fails. With standbys the first attention rank hosts the
+    rendezvous (`host` is its address), so it outlives any FFN rank."""
+
+    standby: bool = False
+    """This FFN server is one of the `num_ffn_standby` standbys (one FFN rank:
+    DP 1, TP 1); it serves nothing until it is promoted."""
 
     compute_gate_on_attention: bool = False
     """Run the MoE router (gate) on the attention side and send its logits."""
@@ -125,6 +138,28 @@ class AFDConfig(BaseModel):
                     )
                 ]
             )
+        return self
+
+    @model_validator(mode="after")
+    def _standby_is_ffn(self) -> AFDConfig:
+        errors = []
+        if self.standby and self.role != "ffn":
+            errors.append(
+                FieldError(
+                    f"{CONFIG_PATH}.standby",
+                    f"only an FFN server can be a standby; role is {self.role!r}",
+                )
+            )
+        if self.standby and self.num_ffn_standby < 1:
+            errors.append(
+                FieldError(
+                    f"{CONFIG_PATH}.num_ffn_standby",
+                    "must be >= 1 on a standby server (and the same on every "
+                    "server of the deployment), got 0",
+                )
+            )
+        if errors:
+            raise AFDConfigError(errors)
         return self
 
     @model_validator(mode="after")

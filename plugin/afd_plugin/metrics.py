@@ -32,10 +32,13 @@ from afd_plugin.connectors.base import AFDPeerError
 from afd_plugin.metrics_catalog import (
     EXCHANGE_FAILURES,
     FAILURE_REASONS,
+    FFN_FAILOVERS,
     METRICS,
     MICRO_BATCHES,
     PART_SECONDS,
     RENDEZVOUS_REFUSALS,
+    STANDBY_PROMOTIONS,
+    STANDBYS_LOST,
     STEPS,
     MetricSpec,
 )
@@ -164,3 +167,19 @@ def count_refusal(reason: str, amount: float = 1.0) -> None:
     """Count one join the rendezvous this process hosts refused (``amount``
     0: the series starts, when the rendezvous opens)."""
     _add(RENDEZVOUS_REFUSALS, {"reason": reason}, amount)
+
+
+def count_failover(rank: int) -> None:
+    """Count one failover of attention rank ``rank`` to a standby FFN server."""
+    _add(FFN_FAILOVERS, {"role": "attention", "rank": str(rank)})
+
+
+def count_promotion(rank: int) -> None:
+    """Count this standby FFN server's promotion (it now serves ``rank``)."""
+    _add(STANDBY_PROMOTIONS, {"role": "ffn", "rank": str(rank)})
+
+
+def count_standby_lost(amount: float = 1.0) -> None:
+    """Count one standby lost while waiting (``amount`` 0: the series starts,
+    when a rendezvous with standby places opens)."""
+    _add(STANDBYS_LOST, {"role": "attention", "rank": "0"}, amount)

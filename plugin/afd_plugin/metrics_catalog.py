@@ -62,12 +62,34 @@ RENDEZVOUS_REFUSALS = MetricSpec(
     "size).",
     ("reason",),
 )
+FFN_FAILOVERS = MetricSpec(
+    "afd:ffn_failovers",
+    "Failovers an attention rank made: its FFN rank died or stopped answering "
+    "and a standby FFN server took its place mid-step (num_ffn_standby).",
+    ("role", "rank"),
+)
+STANDBY_PROMOTIONS = MetricSpec(
+    "afd:standby_promotions",
+    "1 on a standby FFN server once it was promoted in place of a dead FFN "
+    "rank and serves its attention ranks.",
+    ("role", "rank"),
+)
+STANDBYS_LOST = MetricSpec(
+    "afd:standbys_lost",
+    "Standby FFN servers that left the rendezvous this server hosts while "
+    "waiting, without a shutdown (killed or crashed); exposed by the host, "
+    "the first attention rank.",
+    ("role", "rank"),
+)
 METRICS: tuple[MetricSpec, ...] = (
     STEPS,
     PART_SECONDS,
     MICRO_BATCHES,
     EXCHANGE_FAILURES,
     RENDEZVOUS_REFUSALS,
+    FFN_FAILOVERS,
+    STANDBY_PROMOTIONS,
+    STANDBYS_LOST,
 )
 FAILURE_REASONS = ("peer", "wire", "error")
 REFUSAL_REASONS = ("auth", "protocol", "admission")

@@ -38,7 +38,10 @@ NONCE_BYTES = 32
 MIN_SECRET_BYTES = 16
 _HEADER = struct.Struct(">I")
 HEADER_BYTES = _HEADER.size
-OPS = ("set", "get", "wait", "check", "add", "delete")
+OPS = ("set", "get", "wait", "check", "add", "delete", "failover")
+"""Store operations, and ``failover``: an attention rank asks the host to
+promote a standby in place of a dead FFN rank (key ``ffn/<global rank>``,
+``amount`` the incarnation it last talked to)."""
 ROLES = ("attention", "ffn")
 OWNED_PREFIXES = ("peer/", "read/", "left/")
 """Keys ``<prefix><global rank>`` only that rank may write."""
@@ -200,11 +203,15 @@ class Join:
     role_rank: int
     nonce: bytes
     proof: str
+    standby: bool = False
+    """A standby FFN server: it takes no rank at the join (``rank`` is 0);
+    the host gives it a standby place and, later, a dead rank's."""
 
     def encode(self) -> dict[str, Any]:
         return {
             "protocol": PROTOCOL,
             "type": "join",
+            "standby": self.standby,
             "rank": self.rank,
             "world_size": self.world_size,
             "pid": self.pid,
@@ -223,7 +230,11 @@ class Join:
         if role not in ROLES:
             raise RendezvousProtocolError(f"field 'role' must be one of {ROLES}")
         proof = _text(message, "proof", 128)
+        standby = _field(message, "standby", bool) if "standby" in message else False
+        if standby and role != "ffn":
+            raise RendezvousProtocolError("only an FFN server joins as a standby")
         return cls(
+            standby=standby,
             rank=_int(message, "rank", 0, MAX_RANK),
             world_size=_int(message, "world_size", 1, MAX_RANK),
             pid=_int(message, "pid", 0, 1 << 31),
@@ -234,6 +245,8 @@ class Join:
         )
 
     def describe(self) -> str:
+        if self.standby:
+            return f"a standby FFN server (pid {self.pid})"
         return f"{self.role} rank {self.role_rank} (pid {self.pid})"
 
 
@@ -246,20 +259,27 @@ class Answer:
     """The server's proof when accepted, else why not."""
     retry: bool = False
     """Refused for now: the world this rank belonged to is still ending."""
+    slot: int | None = None
+    """A standby's place, when accepted."""
 
     @classmethod
     def decode(cls, message: Mapping[str, Any]) -> Answer:
         _protocol(message)
         kind = message.get("type")
         if kind == "welcome":
-            return cls(True, _text(message, "proof", 128))
+            slot = _int(message, "slot", 0, MAX_RANK) if "slot" in message else None
+            return cls(True, _text(message, "proof", 128), slot=slot)
         if kind == "refuse":
             return cls(False, _text(message, "reason"), _field(message, "retry", bool))
         raise RendezvousProtocolError("expected welcome or refuse")
 
 
-def welcome(proof: str) -> dict[str, Any]:
-    return {"protocol": PROTOCOL, "type": "welcome", "proof": proof}
+def welcome(proof: str, slot: int | None = None) -> dict[str, Any]:
+    """Accepted; a standby learns its standby place (``slot``) here."""
+    message: dict[str, Any] = {"protocol": PROTOCOL, "type": "welcome", "proof": proof}
+    if slot is not None:
+        message["slot"] = slot
+    return message
 
 
 def refuse(reason: str, retry: bool = False) -> dict[str, Any]:
@@ -301,7 +321,7 @@ class Request:
         keys = _field(message, "keys", list)
         if not 0 < len(keys) <= MAX_KEYS:
             raise RendezvousProtocolError(f"a request names 1 to {MAX_KEYS} keys")
-        if op in ("set", "get", "add", "delete") and len(keys) != 1:
+        if op in ("set", "get", "add", "delete", "failover") and len(keys) != 1:
             raise RendezvousProtocolError(f"{op} names one key")
         return cls(
             op=op,
@@ -516,3 +536,67 @@ def exposure_warning(host: str, port: int, has_secret: bool) -> str | None:
         "as a rank or read the world's records; set additional_config.afd."
         "secret_env or secret_file on every server"
     )
+
+
+# -- standbys ------------------------------------------------------------------
+
+
+def standby_key(slot: int) -> str:
+    """Where a standby publishes its ``PeerRecord`` (only it may write)."""
+    return f"standby/{slot}"
+
+
+def standby_left_key(slot: int) -> str:
+    """Set by a waiting standby that shuts down in order."""
+    return f"standby-left/{slot}"
+
+
+def promotion_key(slot: int) -> str:
+    """Set by the host when it promotes the standby of ``slot``."""
+    return f"promote/{slot}"
+
+
+def failover_key(global_rank: int) -> str:
+    """The key of a ``failover`` request for a dead FFN rank."""
+    return f"ffn/{global_rank}"
+
+
+def standby_slot_of(key: str) -> int | None:
+    """The standby place whose own key ``key`` is, or None."""
+    for prefix in ("standby/", "standby-left/"):
+        if key.startswith(prefix):
+            tail = key[len(prefix) :]
+            return int(tail) if tail.isdecimal() and len(tail) <= 6 else -1
+    return None
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """The host's answer to a failover: which standby now holds the FFN
+    rank, and the rank's incarnation (0 for the rank the world formed with)."""
+
+    rank: int
+    incarnation: int
+    slot: int
+    pid: int
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "rank": self.rank,
+                "incarnation": self.incarnation,
+                "slot": self.slot,
+                "pid": self.pid,
+            },
+            sort_keys=True,
+        ).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Promotion:
+        message = decode_body(raw)
+        return cls(
+            rank=_int(message, "rank", 0, MAX_RANK),
+            incarnation=_int(message, "incarnation", 1, MAX_RANK),
+            slot=_int(message, "slot", 0, MAX_RANK),
+            pid=_int(message, "pid", 0, 1 << 31),
+        )

@@ -216,7 +216,7 @@ def _check_model(cfg: AFDConfig, dep: Deployment, errors: list[FieldError]) -> N
 
 def _check_ranks(cfg: AFDConfig, dep: Deployment, errors: list[FieldError]) -> None:
     field = "num_attention_ranks" if cfg.is_attention else "num_ffn_ranks"
-    if cfg.role_ranks != dep.role_size:
+    if cfg.role_ranks != dep.role_size and not cfg.standby:
         _e(
             errors,
             f"{AFD}.{field}",
@@ -230,6 +230,30 @@ def _check_ranks(cfg: AFDConfig, dep: Deployment, errors: list[FieldError]) -> N
             f"{AFD}.num_attention_ranks",
             f"must be >= num_ffn_ranks ({cfg.num_ffn_ranks}), "
             f"got {cfg.num_attention_ranks}",
+        )
+
+
+def _check_standby(cfg: AFDConfig, dep: Deployment, errors: list[FieldError]) -> None:
+    """Standby FFN servers: a connector that can promote them, and a standby
+    that is one FFN rank."""
+    if cfg.num_ffn_standby:
+        refusal = AFDConnectorFactory.get_spec(cfg.connector).standby_refusal
+        if refusal:
+            supported = [
+                s.name for s in AFDConnectorFactory.specs() if not s.standby_refusal
+            ]
+            _e(
+                errors,
+                f"{AFD}.num_ffn_standby",
+                f"{cfg.connector} cannot promote standby FFN servers ({refusal}); "
+                f"set 0, or use {', '.join(supported)}",
+            )
+    if cfg.standby and dep.role_size != 1:
+        _e(
+            errors,
+            f"{AFD}.standby",
+            f"a standby FFN server is one FFN rank (DP 1, TP 1, PP 1), got DP x "
+            f"TP x PP = {dep.dp} x {dep.tp} x {dep.pp}",
         )
 
 
@@ -398,6 +422,7 @@ def check_deployment(cfg: AFDConfig, dep: Deployment) -> list[FieldError]:
     has_cp = _check_connector(cfg, dep, errors)
     _check_model(cfg, dep, errors)
     _check_ranks(cfg, dep, errors)
+    _check_standby(cfg, dep, errors)
     if dep.model_runner == "v2":
         _check_v2(cfg, dep, errors)
     _check_dbo(has_cp, cfg, dep, errors)

@@ -11,6 +11,7 @@ from lint_repo import ROOT
 
 from afd_e2e.cli import main
 from afd_e2e.define.catalogue import Catalogue
+from afd_e2e.define.scenario import RoleTopology
 from afd_e2e.launch.placement import slots
 from afd_e2e.launch.plan import baseline_topology, build_plan
 from afd_plugin.config import parse_afd_config
@@ -62,6 +63,8 @@ def test_dry_run_plan(scenario_id: str, tmp_path: Path, capsys) -> None:
         assert env["AFD_E2E_PROCESS_ROLE"] == f"{role['role']}:{role['rank']}"
         if role["role"] == "baseline":
             topo = baseline_topology(scenario)
+        elif role["role"] == "standby":  # one FFN rank
+            topo = RoleTopology()
         elif role["role"] == "ffn":
             topo = scenario.topology.ffn
         else:
@@ -84,7 +87,11 @@ def test_dry_run_plan(scenario_id: str, tmp_path: Path, capsys) -> None:
         if role["role"] != "baseline":
             extra = json.loads(argv[argv.index("--additional-config") + 1])
             cfg = parse_afd_config(extra)
-            assert cfg is not None and cfg.role == role["role"]
+            standby = role["role"] == "standby"
+            assert cfg is not None
+            assert cfg.role == ("ffn" if standby else role["role"])
+            assert cfg.standby is standby
+            assert cfg.num_ffn_standby == scenario.standbys
             assert cfg.port == plan["afd_port"]
             assert env["VLLM_PLUGINS"].split(",")[-1] == "afd"
         else:
@@ -112,6 +119,8 @@ def test_dry_run_plan(scenario_id: str, tmp_path: Path, capsys) -> None:
         assert order == ["baseline"]
     elif scenario.connector.name == "CAMAsyncAFDConnector":
         assert order == ["attention", "ffn"]
+    elif scenario.standbys:  # after the FFN servers, before attention
+        assert order == ["ffn", "standby", "attention"]
     else:
         assert order == ["ffn", "attention"]
 

@@ -228,7 +228,7 @@ def test_unknown_field_and_wrong_types_reported_together(repo: Path, capsys) -> 
     assert f"afd-eager-2a2f.yaml:{tp}: topology.ffn.tp: must be an integer" in out
     assert (
         f"afd-eager-2a2f.yaml:{gpus}: topology.ffn.gpus: unknown field; allowed "
-        "fields: devices, dp, ep, tp"
+        "fields: devices, dp, ep, standby, tp"
     ) in out
 
 

@@ -141,7 +141,9 @@ def test_the_catalogue_has_multi_node_examples_for_every_backend() -> None:
 def test_every_object_validates(sid: str) -> None:
     text, docs = rendered(sid)
     kinds = [d["kind"] for d in docs]
-    assert kinds.count("LeaderWorkerSet") == (2 if SCENARIOS[sid].afd else 1)
+    # one per role, and one per standby FFN server
+    groups = (2 if SCENARIOS[sid].afd else 1) + SCENARIOS[sid].standbys
+    assert kinds.count("LeaderWorkerSet") == groups
     assert kinds.count("Service") >= 1
     for doc in docs:
         validate(doc)
@@ -214,11 +216,14 @@ def test_rendering_is_deterministic(sid: str, tmp_path: Path, capsys) -> None:
 
 
 @pytest.mark.parametrize("sid", MULTI_NODE)
-def test_the_first_ffn_node_is_the_afd_host_of_every_server(sid: str) -> None:
+def test_the_rendezvous_node_is_the_afd_host_of_every_server(sid: str) -> None:
+    """The first FFN server's node, or the first attention server's when
+    there are standbys (the rendezvous must outlive any FFN server)."""
     s = SCENARIOS[sid]
     assert s.placement is not None
     name = default_name(sid)
-    ffn_node = s.placement.ffn[0].node
+    host_role = "attention" if s.standbys else "ffn"
+    ffn_node = getattr(s.placement, host_role)[0].node
     host = f"{name}-node-{ffn_node}"
     _, docs = rendered(sid)
     commands = [
@@ -239,9 +244,11 @@ def test_the_first_ffn_node_is_the_afd_host_of_every_server(sid: str) -> None:
     assert {"name": "afd-rendezvous", "port": port, "protocol": "TCP"} in service[
         "spec"
     ]["ports"]
-    ffn_leader, _ = templates(leader_worker_sets(docs)["ffn"])
-    assert ffn_leader["spec"]["nodeSelector"] == {NODE_LABEL: ffn_node}
-    assert ffn_leader["metadata"]["labels"][NODE_LABEL] == ffn_node
+    host_leader, _ = templates(leader_worker_sets(docs)[host_role])
+    assert host_leader["spec"]["nodeSelector"] == {NODE_LABEL: ffn_node}
+    assert host_leader["metadata"]["labels"][NODE_LABEL] == ffn_node
+    declared = {p["name"] for p in container(host_leader).get("ports", [])}
+    assert "afd-rendezvous" in declared
 
 
 @pytest.mark.parametrize("sid", MULTI_NODE)
@@ -251,6 +258,8 @@ def test_each_role_is_one_group_with_its_headless_workers(sid: str) -> None:
     name = default_name(sid)
     _, docs = rendered(sid)
     for role, lws in leader_worker_sets(docs).items():
+        if role.startswith("standby-"):
+            continue  # a group of its own (test_each_standby_is_a_group_of_one)
         entries = getattr(s.placement, role)
         assert lws["metadata"]["name"] == f"{name}-{role}"
         assert lws["spec"]["replicas"] == 1
@@ -524,3 +533,36 @@ def test_the_render_package_is_pure() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "kind: LeaderWorkerSet" in done.stdout
+
+
+def test_each_standby_is_a_group_of_one_on_its_node() -> None:
+    """A standby FFN server runs one rank with its own API: an LWS of size 1
+    of its own on its placement node, with the FFN role's args and the afd
+    config of a standby; the attention leader hosts the rendezvous."""
+    sid = "cpu-2node-1a1f-failover"
+    s = SCENARIOS[sid]
+    assert s.placement is not None and s.standbys == 1
+    name = default_name(sid)
+    _, docs = rendered(sid)
+    groups = leader_worker_sets(docs)
+    assert sorted(groups) == ["attention", "ffn", "standby-0"]
+    lws = groups["standby-0"]
+    assert lws["metadata"]["name"] == f"{name}-standby-0"
+    assert lws["spec"]["leaderWorkerTemplate"]["size"] == 1
+    leader, worker = templates(lws)
+    assert worker is None
+    command = container(leader)["command"]
+    assert "--headless" not in command and "readinessProbe" in container(leader)
+    assert arg(command, "--data-parallel-size") == "1"
+    assert arg(command, "--tensor-parallel-size") == "1"
+    afd = json.loads(arg(command, "--additional-config"))["afd"]
+    assert afd["role"] == "ffn" and afd["standby"] is True
+    assert afd["num_ffn_standby"] == 1
+    assert afd["host"] == f"{name}-node-{s.placement.attention[0].node}"
+    assert leader["spec"]["nodeSelector"] == {NODE_LABEL: s.placement.standby[0].node}
+    ports = {p["name"] for p in container(leader)["ports"]}
+    assert "afd-rendezvous" not in ports
+    ffn_leader, _ = templates(groups["ffn"])
+    assert "afd-rendezvous" not in {
+        p["name"] for p in container(ffn_leader).get("ports", [])
+    }

@@ -51,6 +51,12 @@ CATALOGUE_IDS = {
     "cpu-2node-1a1f",
     "cpu-2node-2a1f",
     "cpu-2node-2a1f-split",
+    "cpu-eager-1a1f-failover",
+    "cpu-dbo-1a1f-failover",
+    "cpu-eager-2a1f-failover",
+    "cpu-2node-1a1f-failover",
+    "cpu-eager-1a1f-failover-twice",
+    "cpu-eager-1a1f-failover-exhausted",
     "afd-eager-3node-16a8f",
     "npu-afd-eager-4node-24a8f",
 }

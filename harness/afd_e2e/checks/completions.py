@@ -14,7 +14,7 @@ import http.client
 import json
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,7 +82,14 @@ class StreamOutcome:
     chunks: int
     """Chunks with text received before the end or the hang-up."""
     finish_reason: str | None
-    """The server's, or None when the client hung up first."""
+    """The server's, or None when the client hung up first (or the server
+    closed the stream without one)."""
+    token_ids: tuple[int, ...] = ()
+    """The generated ids, when the body asks for ``return_token_ids``."""
+
+
+class StreamError(OSError):
+    """The server ended a stream with an error event (``data: {"error": ...}``)."""
 
 
 def stream_completion(
@@ -90,16 +97,21 @@ def stream_completion(
     body: Mapping[str, Any],
     timeout_s: float,
     hang_up_after: int | None = None,
+    on_tokens: Callable[[int], None] | None = None,
 ) -> StreamOutcome:
     """Stream one completion (``stream: true`` is set here); with
     ``hang_up_after`` the client closes its connection after that many text
     chunks, as a client that goes away mid-generation does (its own
-    connection, closed at once, so the server sees the hang-up)."""
+    connection, closed at once, so the server sees the hang-up).
+    ``on_tokens`` is told the count of ids received so far after each chunk
+    that carried some (``return_token_ids``). An error event raises
+    :class:`StreamError`."""
     url = urllib.parse.urlsplit(base_url)
     connection = http.client.HTTPConnection(
         url.hostname or "127.0.0.1", url.port, timeout=timeout_s
     )
     text: list[str] = []
+    ids: list[int] = []
     finish: str | None = None
     try:
         connection.request(
@@ -118,13 +130,20 @@ def stream_completion(
             data = data[len("data:") :].strip()
             if data == "[DONE]":
                 break
-            choice = json.loads(data)["choices"][0]
+            event = json.loads(data)
+            if "error" in event:
+                raise StreamError(f"error event after {len(ids)} ids: {event['error']}")
+            choice = event["choices"][0]
             if choice.get("text"):
                 text.append(choice["text"])
+            if choice.get("token_ids"):
+                ids += [int(t) for t in choice["token_ids"]]
+                if on_tokens is not None:
+                    on_tokens(len(ids))
             finish = choice.get("finish_reason") or finish
             if hang_up_after is not None and len(text) >= hang_up_after:
                 finish = None
                 break
     finally:
         connection.close()
-    return StreamOutcome("".join(text), len(text), finish)
+    return StreamOutcome("".join(text), len(text), finish, tuple(ids))

@@ -16,6 +16,9 @@ from afd_plugin.errors import AFDConfigError, FieldError
 from afd_plugin.validation import Deployment
 
 ROLES = ("attention", "ffn")
+STANDBY = "standby"
+"""A standby FFN server's plan role: the FFN role's args and environment,
+one rank, ``afd.role: ffn`` with ``standby: true``."""
 
 # The vLLM flags each serving-feature field of Deployment is read from.
 FEATURE_FLAGS: dict[str, tuple[str, ...]] = {
@@ -35,7 +38,15 @@ def role_topology(scenario: Scenario, role: str) -> RoleTopology:
     if role == "attention":
         return scenario.topology.attention
     assert scenario.topology.ffn is not None
+    if role == STANDBY:  # one FFN rank
+        return RoleTopology(dp=1, tp=1)
     return scenario.topology.ffn
+
+
+def args_role(role: str) -> str:
+    """The ``roles:`` entry whose args and env a plan role gets (a standby
+    is an FFN server)."""
+    return "ffn" if role == STANDBY else role
 
 
 def cpu_micro_batches(scenario: Scenario) -> int:
@@ -49,21 +60,26 @@ def cpu_micro_batches(scenario: Scenario) -> int:
 def additional_config(
     scenario: Scenario, role: str, host: str, port: int
 ) -> dict[str, Any]:
-    """The ``--additional-config`` value of one role (AFD scenarios only)."""
+    """The ``--additional-config`` value of one role (AFD scenarios only):
+    ``attention``, ``ffn`` or ``standby``. With standbys every server is told
+    their number; without, the dict is what it always was."""
     assert scenario.afd and scenario.connector is not None and scenario.topology.ffn
-    return {
-        "afd": {
-            "role": role,
-            "connector": scenario.connector.name,
-            "host": host,
-            "port": port,
-            "num_attention_ranks": scenario.topology.attention.ranks,
-            "num_ffn_ranks": scenario.topology.ffn.ranks,
-            "compute_gate_on_attention": scenario.compute_gate_on_attention,
-            "micro_batches": cpu_micro_batches(scenario),
-            "connector_extra_config": dict(scenario.connector.extra),
-        }
+    afd: dict[str, Any] = {
+        "role": args_role(role),
+        "connector": scenario.connector.name,
+        "host": host,
+        "port": port,
+        "num_attention_ranks": scenario.topology.attention.ranks,
+        "num_ffn_ranks": scenario.topology.ffn.ranks,
+        "compute_gate_on_attention": scenario.compute_gate_on_attention,
+        "micro_batches": cpu_micro_batches(scenario),
+        "connector_extra_config": dict(scenario.connector.extra),
     }
+    if scenario.standbys:
+        afd["num_ffn_standby"] = scenario.standbys
+        if role == STANDBY:
+            afd["standby"] = True
+    return {"afd": afd}
 
 
 def afd_config(scenario: Scenario, role: str) -> AFDConfig:
@@ -76,7 +92,8 @@ def afd_config(scenario: Scenario, role: str) -> AFDConfig:
 def role_args(scenario: Scenario, role: str) -> list[str]:
     """The vLLM args the scenario adds to one role: common ones, then its own
     (argparse keeps the last of a repeated flag)."""
-    return [*scenario.roles.common.args, *getattr(scenario.roles, role).args]
+    own = getattr(scenario.roles, args_role(role)).args
+    return [*scenario.roles.common.args, *own]
 
 
 def _flag_at(args: list[str], flags: tuple[str, ...]) -> int | None:
@@ -100,7 +117,7 @@ def _flag(args: list[str], *flags: str) -> str | None:
 def flag_location(scenario: Scenario, role: str, field: str) -> tuple[Any, ...]:
     """Where the scenario sets the serving-feature ``field`` of one role's
     Deployment: the args item that decides it."""
-    for part in (role, "common"):
+    for part in (args_role(role), "common"):
         at = _flag_at(getattr(scenario.roles, part).args, FEATURE_FLAGS[field])
         if at is not None:
             return ("roles", part, "args", at)

@@ -10,10 +10,12 @@ from afd_e2e.define import policy
 from afd_e2e.define.deployment import (
     FEATURE_FLAGS,
     ROLES,
+    STANDBY,
     afd_config,
     deployment,
     flag_location,
 )
+from afd_e2e.define.failover_rules import failover_check_errors, standby_errors
 from afd_e2e.define.scenario import LoadedScenario, Scenario
 from afd_e2e.define.yamlpos import Located
 from afd_e2e.launch.placement import placement_errors
@@ -26,6 +28,8 @@ _PLUGIN_TO_SCENARIO = {
     "additional_config.afd.connector": ("connector", "name"),
     "additional_config.afd.num_attention_ranks": ("topology", "attention"),
     "additional_config.afd.num_ffn_ranks": ("topology", "ffn"),
+    "additional_config.afd.num_ffn_standby": ("topology", "ffn", "standby"),
+    "additional_config.afd.standby": ("topology", "ffn", "standby"),
     "deployment.graph_mode": ("graph", "mode"),
     "deployment.model_runner": ("model_runner",),
     "deployment.enable_dbo": ("dbo", "enabled"),
@@ -51,12 +55,12 @@ def _scenario_path(plugin_path: str, s: Scenario, role: str) -> tuple[Any, ...]:
 
 
 def _plugin_problems(s: Scenario) -> list[tuple[str, FieldError]]:
-    """(role, problem) from the plugin's one validator, both roles, exactly as
-    the servers will ask it."""
+    """(role, problem) from the plugin's one validator, both roles (and a
+    standby's, where there are standbys), exactly as the servers will ask it."""
     if not s.afd:
         return []
     out = []
-    for role in ROLES:
+    for role in (*ROLES, STANDBY) if s.standbys else ROLES:
         try:
             problems = check_deployment(afd_config(s, role), deployment(s, role))
         except AFDConfigError as exc:
@@ -258,8 +262,9 @@ def check_scenario(loaded: LoadedScenario) -> list[Located]:
             )
         )
     structure = _structure(loaded, s) + placement_errors(loaded, s)
+    structure += standby_errors(loaded, s)
     out += structure
     if not structure:
         out += plugin_errors(loaded, s)
-    out += _gates(loaded, s)
+    out += _gates(loaded, s) + failover_check_errors(loaded, s)
     return out

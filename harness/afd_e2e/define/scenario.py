@@ -74,12 +74,22 @@ class RoleTopology(_Strict):
         return self.dp * self.tp
 
 
+class FfnTopology(RoleTopology):
+    """The FFN role's layout, and the standby FFN servers beside it."""
+
+    standby: int = Field(default=0, ge=0)
+    """Standby FFN servers (``afd.num_ffn_standby``): each runs one FFN rank
+    (dp 1, tp 1), loads the weights and waits; when an active FFN rank dies
+    its attention ranks promote one and go on mid-step.
+    P2pGlooAFDConnector only."""
+
+
 class Topology(_Strict):
     """Attention and FFN layout; a colocated scenario has only ``attention``."""
 
     attention: RoleTopology = Field(default_factory=RoleTopology)
     """The attention role (or the single colocated server)."""
-    ffn: RoleTopology | None = None
+    ffn: FfnTopology | None = None
     """The FFN role; absent for a colocated (non-AFD) scenario."""
 
 
@@ -187,6 +197,25 @@ class ColdRestartCheck(_Strict):
     """Tokens generated per prompt."""
 
 
+class FfnFailoverCheck(_Strict):
+    """Streaming clients generate while the active FFN server is SIGKILLed,
+    ``kills`` times in turn: a standby takes over each time and every stream
+    ends with the colocated run's tokens; or, ``expect: fail``, the last kill
+    finds no standby left and every stream fails within ``peer_timeout_s``."""
+
+    concurrency: int = Field(default=16, ge=1)
+    """Concurrent streaming greedy completions the kills land in."""
+    max_tokens: int = Field(default=48, ge=2)
+    """Tokens each stream asks for: enough that each kill lands while every
+    stream still generates."""
+    kills: int = Field(default=1, ge=1)
+    """Active FFN servers SIGKILLed in turn, each after the previous failover."""
+    expect: Literal["complete", "fail"] = "complete"
+    """``complete``: every kill fails over (kills <= topology.ffn.standby) and
+    every stream finishes; ``fail``: the last kill finds no standby (kills =
+    standby + 1) and every stream ends with an error."""
+
+
 class Checks(_Strict):
     """What a run must show."""
 
@@ -199,7 +228,9 @@ class Checks(_Strict):
     cancel_recover: CancelRecoverCheck | None = None
     """Half of many streaming clients hang up; the deployment recovers."""
     cold_restart: ColdRestartCheck | None = None
-    """Stop the AFD servers and start them again in the same run; runs last."""
+    """Stop the AFD servers and start them again in the same run."""
+    ffn_failover: FfnFailoverCheck | None = None
+    """SIGKILL the active FFN server mid-generation; runs last."""
 
 
 class Timeouts(_Strict):
@@ -257,6 +288,13 @@ class PlacementEntry(_Strict):
     """The node's accelerator ids, dp_local x tp of them (empty on CPU)."""
 
 
+class StandbyEntry(_Strict):
+    """One standby FFN server (one rank: no DP, no devices on the CPU)."""
+
+    node: str
+    """A node named under ``placement.nodes``."""
+
+
 class Placement(_Strict):
     """Which node runs which servers. Absent: every server on one node."""
 
@@ -266,7 +304,12 @@ class Placement(_Strict):
     """The attention role's servers; the first serves the API, later ones
     run ``--headless`` and join its DP group."""
     ffn: list[PlacementEntry] = Field(default_factory=list)
-    """The FFN role's servers; the first one's node hosts the rendezvous."""
+    """The FFN role's servers; the first one's node hosts the rendezvous
+    (attention's first one does when there are standbys)."""
+    standby: list[StandbyEntry] = Field(default_factory=list)
+    """Where each standby FFN server runs, one entry per
+    ``topology.ffn.standby``; absent: every standby on the first FFN
+    server's node."""
 
 
 class Scenario(_Strict):
@@ -331,6 +374,12 @@ class Scenario(_Strict):
             entries = [*self.placement.attention, *self.placement.ffn]
             used += sum(len(e.devices) for e in entries)
         return used
+
+    @property
+    def standbys(self) -> int:
+        """Standby FFN servers of the deployment (0 without an FFN role)."""
+        ffn = self.topology.ffn
+        return ffn.standby if self.afd and ffn is not None else 0
 
     @property
     def nodes(self) -> tuple[str, ...]:

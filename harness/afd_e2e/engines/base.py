@@ -40,6 +40,15 @@ class Servers(Protocol):
     def commands(self) -> dict[str, dict[str, Any]]:
         """Per ``role:rank``: argv, extra env, log, pid (and node)."""
 
+    def kill_process(self, name: str) -> object:
+        """SIGKILL one server's processes now, as a fault a check injects:
+        recorded under the teardown record's ``injected`` (allowed), no
+        longer checked by :meth:`check_alive`."""
+
+    def expect_exit(self, name: str) -> None:
+        """That server may exit from now on (an injected fault's
+        consequence): :meth:`check_alive` no longer checks it."""
+
     def stop(self) -> TeardownRecord:
         """SIGTERM, grace, SIGKILL; never raises for process trouble."""
 
@@ -68,12 +77,12 @@ class Engine(Protocol):
 
 def server_probe(plan: LaunchPlan, launch: RoleLaunch) -> Probe:
     """When one server counts as ready: the API role answers a completion, an
-    FFN server its ``/health``, and a headless server follows its role's
+    FFN server (a standby too) its ``/health``, and a headless server follows its role's
     first server (it serves nothing; that one is ready once all DP ranks
     joined)."""
     if launch.headless:
         leader = next(r for r in plan.roles if r.role == launch.role and not r.headless)
         return health_probe(leader.base_url)
-    if launch.role == "ffn":
+    if launch.role in ("ffn", "standby"):  # a standby answers once it waits
         return health_probe(launch.base_url)
     return attention_api_probe(launch.base_url, plan.served_name)

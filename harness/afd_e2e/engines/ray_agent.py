@@ -83,6 +83,11 @@ class ServerAgent:
         (proc,) = self.manager.processes
         return tail_lines(proc.log_path, count)
 
+    def kill(self) -> list[ProcessRecord]:
+        """SIGKILL the server on this node, as a fault a check injects; its
+        teardown record lists what was killed under ``injected``."""
+        return self.manager.kill_process(self.name)
+
     def stop(self) -> TeardownRecord:
         """Tear the server down as the local engine does; never raises."""
         return self.manager.stop_process(self.name)

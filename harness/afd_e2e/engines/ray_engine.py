@@ -79,6 +79,8 @@ class RayServers:
         self._agents: dict[str, tuple[RoleLaunch, Any, dict[str, Any], float]] = {}
         self._ready: dict[str, float] = {}
         self._record: TeardownRecord | None = None
+        self._may_exit: set[str] = set()
+        """Servers a check killed, or whose exit it expects: not checked."""
 
     @staticmethod
     def _name(launch: RoleLaunch) -> str:
@@ -126,6 +128,8 @@ class RayServers:
 
     def check_alive(self, during: str = "the run") -> None:
         for name, (launch, agent, where, started) in self._agents.items():
+            if name in self._may_exit:
+                continue
             try:
                 code = ray.get(agent.exit_code.remote(), timeout=CALL_TIMEOUT_S)
                 if code is None:
@@ -194,6 +198,24 @@ class RayServers:
             + "\n".join(parts),
             list(pending),
         )
+
+    def kill_process(self, name: str) -> list[Any]:
+        """SIGKILL one server on its node (the agent records it as injected)."""
+        launch, agent, _, _ = self._agents[name]
+        self._may_exit.add(name)
+        try:
+            return ray.get(agent.kill.remote(), timeout=CALL_TIMEOUT_S)
+        except ray.exceptions.RayError as exc:
+            raise RoleError(
+                f"{name}: the Ray actor owning it on {launch.node} could not "
+                f"kill it: {exc}",
+                [name],
+            ) from None
+
+    def expect_exit(self, name: str) -> None:
+        if name not in self._agents:
+            raise ValueError(f"{name} was never started")
+        self._may_exit.add(name)
 
     def commands(self) -> dict[str, dict[str, Any]]:
         return {

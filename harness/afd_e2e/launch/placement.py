@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from afd_e2e.define.deployment import role_topology
+from afd_e2e.define.deployment import STANDBY, role_topology
 from afd_e2e.define.scenario import (
     NODE_NAME,
     LoadedScenario,
@@ -51,6 +51,15 @@ class ServerSlot:
         return self.index > 0
 
 
+@dataclass(frozen=True)
+class StandbySlot(ServerSlot):
+    """A standby FFN server: its own API, whatever its index."""
+
+    @property
+    def headless(self) -> bool:
+        return False
+
+
 def _entries(scenario: Scenario, role: str) -> list[PlacementEntry]:
     assert scenario.placement is not None
     if role == "ffn":
@@ -58,8 +67,24 @@ def _entries(scenario: Scenario, role: str) -> list[PlacementEntry]:
     return scenario.placement.attention
 
 
+def standby_nodes(scenario: Scenario) -> list[str | None]:
+    """The node of each standby FFN server: its ``placement.standby`` entry,
+    else the first FFN server's node (None for a one-node scenario)."""
+    if scenario.placement is None:
+        return [None] * scenario.standbys
+    placed = [entry.node for entry in scenario.placement.standby]
+    default = scenario.placement.ffn[0].node if scenario.placement.ffn else None
+    return [placed[i] if i < len(placed) else default for i in range(scenario.standbys)]
+
+
 def slots(scenario: Scenario, role: str, topo: RoleTopology) -> list[ServerSlot]:
-    """The servers of ``role`` (``baseline`` runs on the first attention node)."""
+    """The servers of ``role`` (``baseline`` runs on the first attention node;
+    each ``standby`` is a server of its own, one rank, never headless)."""
+    if role == STANDBY:
+        return [
+            StandbySlot(role, index, node, 1, 0, ())
+            for index, node in enumerate(standby_nodes(scenario))
+        ]
     if scenario.placement is None:
         return [ServerSlot(role, 0, None, topo.dp, 0, tuple(topo.devices))]
     if role == "baseline":
@@ -83,11 +108,46 @@ def node_env(scenario: Scenario, node: str | None) -> dict[str, str]:
     return {name: spec.interface for name in INTERFACE_ENV[scenario.backend]}
 
 
+def rendezvous_role(scenario: Scenario) -> str:
+    """Whose first server hosts the AFD rendezvous: FFN rank 0's, or with
+    standbys attention rank 0's (a standby must outlive any FFN rank)."""
+    return "attention" if scenario.standbys else "ffn"
+
+
 def rendezvous_node(scenario: Scenario) -> str | None:
-    """The node of the first FFN server: the AFD ``host``."""
-    if scenario.placement is None or not scenario.placement.ffn:
+    """The node of the rendezvous host's server (:func:`rendezvous_role`):
+    the AFD ``host``."""
+    if scenario.placement is None:
         return None
-    return scenario.placement.ffn[0].node
+    entries = _entries(scenario, rendezvous_role(scenario))
+    return entries[0].node if entries else None
+
+
+def _standby_errors(loaded: LoadedScenario, s: Scenario) -> list[Located]:
+    """``placement.standby``: one entry per standby, each on a known node."""
+    assert s.placement is not None
+    entries = s.placement.standby
+    out = []
+    if entries and len(entries) != s.standbys:
+        out.append(
+            loaded.error(
+                ("placement", "standby"),
+                f"lists {len(entries)} standby server(s), but "
+                f"topology.ffn.standby is {s.standbys}; list one entry per "
+                "standby (or none: all on the first FFN server's node)",
+            )
+        )
+    known = ", ".join(sorted(s.placement.nodes)) or "(none)"
+    for index, entry in enumerate(entries):
+        if entry.node not in s.placement.nodes:
+            out.append(
+                loaded.error(
+                    ("placement", "standby", index, "node"),
+                    f"no node named {entry.node!r} under placement.nodes; "
+                    f"known: {known}",
+                )
+            )
+    return out
 
 
 def placement_errors(loaded: LoadedScenario, s: Scenario) -> list[Located]:
@@ -120,7 +180,8 @@ def placement_errors(loaded: LoadedScenario, s: Scenario) -> list[Located]:
                 "an AFD scenario with a placement places its ffn servers too",
             )
         )
-    used_nodes: set[str] = set()
+    out += _standby_errors(loaded, s)
+    used_nodes: set[str] = {e.node for e in p.standby}
     devices_on: dict[str, dict[int, tuple[str, int]]] = {}
     for role in roles:
         topo = role_topology(s, role)

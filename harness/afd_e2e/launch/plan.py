@@ -14,7 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from afd_e2e.define import policy
-from afd_e2e.define.deployment import additional_config
+from afd_e2e.define.deployment import (
+    STANDBY,
+    additional_config,
+    args_role,
+    role_topology,
+)
 from afd_e2e.define.scenario import RoleTopology, Scenario
 from afd_e2e.launch.placement import ServerSlot, node_env, rendezvous_node, slots
 from afd_e2e.launch.ports import pick_free_port
@@ -58,7 +63,13 @@ def cpu_threads(
     tiny bf16 Qwen3-Next: decode logprobs after a 298-token prompt differ by
     up to 0.016 between one and two threads, enough to flip greedy tokens,
     and are identical to AFD's at equal threads). As the ``competitor`` of
-    ``afd-e2e bench`` it gets the AFD ranks' total instead."""
+    ``afd-e2e bench`` it gets the AFD ranks' total instead.
+
+    A standby FFN server gets an FFN rank's threads and takes no share from
+    the others: it idles while it waits, and once promoted it computes in
+    place of the FFN rank that died, so one of the two computes at a time
+    (its threads must also equal the dead rank's, or its sums would round
+    differently and the tokens after a failover could differ)."""
     ffn = scenario.topology.ffn
     afd_ranks = scenario.topology.attention.ranks + (ffn.ranks if ffn else 0)
     per_rank = cpu_share(cpus, afd_ranks)
@@ -84,8 +95,8 @@ def cpu_executor_args(scenario: Scenario, role: str, topo: RoleTopology) -> list
     if scenario.backend != "cpu" or topo.dp == 1 or topo.tp > 1:
         return []
     named = list(scenario.roles.common.args)
-    if role in ("attention", "ffn"):
-        named += getattr(scenario.roles, role).args
+    if role != "baseline":
+        named += getattr(scenario.roles, args_role(role)).args
     if any(a == EXECUTOR_FLAG or a.startswith(EXECUTOR_FLAG + "=") for a in named):
         return []
     return [EXECUTOR_FLAG, "uni"]
@@ -107,7 +118,8 @@ class RoleLaunch:
     """One server process of the plan."""
 
     role: str
-    """``attention``, ``ffn`` or ``baseline`` (a colocated server)."""
+    """``attention``, ``ffn``, ``standby`` (a standby FFN server) or
+    ``baseline`` (a colocated server)."""
     rank: int
     """Server index within its role (vLLM runs a role's DP/TP ranks itself)."""
     argv: list[str]
@@ -174,7 +186,8 @@ class LaunchPlan:
     nodes: NodeAddresses = field(default_factory=dict)
     """Logical node -> address (placement); empty on one node."""
     afd_host: str = HOST
-    """Where the rendezvous listens: the first FFN server's node."""
+    """Where the rendezvous listens: the first FFN server's node, or the
+    first attention server's when there are standbys."""
 
     @property
     def api(self) -> RoleLaunch:
@@ -253,11 +266,17 @@ def resolve_model(scenario: Scenario, model_root: Path) -> str:
 
 
 def start_order(scenario: Scenario) -> tuple[str, ...]:
-    """Synchronous connectors start FFN first; the async CAM one attention first."""
+    """Synchronous connectors start FFN first; the async CAM one attention
+    first. Standby FFN servers start right after the FFN servers."""
     if not scenario.afd or scenario.connector is None:
         return ("baseline",)
     spec = AFDConnectorFactory.get_spec(scenario.connector.name)
-    return ("ffn", "attention") if spec.synchronous else ("attention", "ffn")
+    order = ("ffn", "attention") if spec.synchronous else ("attention", "ffn")
+    if not scenario.standbys:
+        return order
+    # Standbys right after the active FFN servers: they join as standbys.
+    at = order.index("ffn") + 1
+    return (*order[:at], STANDBY, *order[at:])
 
 
 def _parallel_args(
@@ -323,7 +342,7 @@ def _env(
     # vLLM as shipped otherwise (with the platform's own plugins, which
     # VLLM_PLUGINS would filter out).
     plugins = [*PLATFORM_PLUGINS.get(scenario.backend, ()), "afd_env"]
-    if role in ("attention", "ffn"):
+    if role != "baseline":
         plugins.append("afd")
     env = {"VLLM_PLUGINS": ",".join(plugins)}
     device_env = DEVICE_ENV.get(scenario.backend)
@@ -333,8 +352,8 @@ def _env(
         env[THREADS_ENV] = str(cpu_threads(scenario, role, cpus, competitor=competitor))
     env.update(node_env(scenario, slot.node))
     env.update(scenario.roles.common.env)
-    if role in ("attention", "ffn"):
-        env.update(getattr(scenario.roles, role).env)
+    if role != "baseline":
+        env.update(getattr(scenario.roles, args_role(role)).env)
     env[policy.RUN_ID_ENV] = run_id
     env[policy.PROCESS_ROLE_ENV] = f"{role}:{slot.index}"
     return env
@@ -387,18 +406,19 @@ def build_plan(
     # A multi-node deployment's rendezvous is off loopback: one secret per run.
     secret = secrets.token_hex(16) if scenario.placement is not None else None
     roles = list(start_order(scenario))
-    if scenario.afd and (scenario.checks.parity is not None or baseline):
+    failover = scenario.checks.ffn_failover
+    reference = scenario.checks.parity is not None or (
+        failover is not None and failover.expect == "complete"
+    )
+    if scenario.afd and (reference or baseline):
         roles.insert(0, "baseline")  # the colocated reference
     for role in roles:
         if role == "baseline":
             topo = baseline_topology(scenario)
         else:
-            topo = (
-                scenario.topology.ffn if role == "ffn" else scenario.topology.attention
-            )
-        assert topo is not None
+            topo = role_topology(scenario, role)
         servers = slots(scenario, role, topo)
-        spans = len(servers) > 1
+        spans = len(servers) > 1 and role != STANDBY  # standbys: one rank each
         dp_rpc_port: int | None = None
         dp_address = nodes[servers[0].node] if spans and servers[0].node else None
         for slot in servers:
@@ -431,8 +451,8 @@ def build_plan(
                     json.dumps(extra, separators=(",", ":")),
                 ]
             argv += scenario.roles.common.args
-            if role in ("attention", "ffn"):
-                argv += getattr(scenario.roles, role).args
+            if role != "baseline":
+                argv += getattr(scenario.roles, args_role(role)).args
             env = _env(scenario, role, slot, run_id, cpus, competitor=baseline)
             if secret is not None and role != "baseline":
                 env[SECRET_ENV] = secret

@@ -13,16 +13,24 @@ from __future__ import annotations
 import logging
 import os
 import re
+import signal
 import subprocess
 import time
 from collections.abc import Collection, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from afd_e2e.define import policy
 from afd_e2e.processes.interrupts import shielded
+from afd_e2e.processes.proc_scan import (
+    Target,
+    adopt,
+    scan_marked,
+    snapshot_trees,
+    wait_exit,
+)
 from afd_e2e.processes.readiness import Probe, poll_until_ready
 from afd_e2e.processes.role_errors import (
     ProcessDiedError,
@@ -38,7 +46,11 @@ from afd_e2e.processes.role_logs import (
 )
 from afd_e2e.processes.role_process import ProcessSpec, RoleProcess
 from afd_e2e.processes.teardown import Teardown
-from afd_e2e.processes.teardown_record import TeardownRecord, merge_records
+from afd_e2e.processes.teardown_record import (
+    ProcessRecord,
+    TeardownRecord,
+    merge_records,
+)
 from afd_e2e.processes.terminal import ReadinessLine, say, started_line
 
 __all__ = ["ProcessManager"]
@@ -106,6 +118,10 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
         self._earlier: list[TeardownRecord] = []
         """Records of stops whose process :meth:`restart` started again."""
         self._record: TeardownRecord | None = None
+        self._injected: dict[str, list[ProcessRecord]] = {}
+        """Per ``role:rank``: what :meth:`kill_process` SIGKILLed on purpose."""
+        self._may_exit: set[str] = set()
+        """Processes whose exit :meth:`expect_exit` declared a consequence."""
 
     # -- starting
 
@@ -196,8 +212,11 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
 
     def check_alive(self, during: str = "the run") -> None:
         """Raise :class:`ProcessDiedError` for the first running process that
-        exited (one torn down by :meth:`stop_process` is not checked)."""
+        exited (one torn down by :meth:`stop_process`, killed by
+        :meth:`kill_process` or expected to exit is not checked)."""
         for proc in self.running():
+            if proc.name in self._injected or proc.name in self._may_exit:
+                continue
             code = proc.exit_code()
             if code is None:
                 continue
@@ -278,6 +297,46 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
             list(pending),
         )
 
+    # -- injected faults
+
+    def kill_process(self, name: str) -> list[ProcessRecord]:
+        """SIGKILL one running server now, as a fault a check injects: its
+        process group, its tree and every process with its ``role:rank``
+        marker, at once. Returns what was killed; the final teardown record
+        lists it under ``injected`` (allowed), and :meth:`check_alive` no longer
+        checks it. Teardown still SIGTERMs anything of it that is left."""
+        proc = next((p for p in self.running() if p.name == name), None)
+        if proc is None:
+            raise ValueError(f"{name} is not running under this manager")
+        with shielded(deliver=True):
+            targets: dict[tuple[int, float], Target] = {}
+            snapshot_trees([(proc.pidfd, proc.pid, name)], targets)
+            for target in scan_marked(self.run_id, {proc.pid: name}):
+                if target.name == name:
+                    adopt([target], targets)
+                else:  # another server's process: never touched here
+                    target.close()
+            with suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            killed = list(targets.values())
+            for target in killed:
+                target.send(signal.SIGKILL)
+            wait_exit(killed, time.monotonic() + self.kill_wait_s)
+            records = [t.record() for t in killed]
+            for target in killed:
+                target.close()
+        self._injected.setdefault(name, []).extend(records)
+        logger.warning("injected fault: SIGKILL %s (%d processes)", name, len(records))
+        return records
+
+    def expect_exit(self, name: str) -> None:
+        """Declare that ``name`` may now exit (the consequence of an injected
+        fault): :meth:`check_alive` no longer checks it; teardown still stops
+        whatever of it is left."""
+        if not any(p.name == name for p in self._procs):
+            raise ValueError(f"{name} was never started")
+        self._may_exit.add(name)
+
     # -- teardown
 
     @property
@@ -313,6 +372,7 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
                 self._record = merge_records(
                     [*self._earlier, *self._stopped.values(), final]
                 )
+                self._record.injected = self._injected_records(None)
             for problem in final.problems():
                 logger.error("teardown: %s", problem)
         return self._record
@@ -340,10 +400,16 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
                 record.errors.append(f"teardown of {name} crashed: {exc!r}")
                 self._stopped[name] = record
                 raise
+            record.injected = self._injected_records(name)
             self._stopped[name] = record
         for problem in record.problems():
             logger.error("teardown of %s: %s", name, problem)
         return record
+
+    def _injected_records(self, name: str | None) -> list[ProcessRecord]:
+        """What :meth:`kill_process` killed: of ``name``, or of every server."""
+        names = list(self._injected) if name is None else [name]
+        return [r for n in names for r in self._injected.get(n, [])]
 
     def _tear_down(
         self, procs: Sequence[RoleProcess], only: frozenset[str] | None

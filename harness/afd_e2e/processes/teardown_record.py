@@ -44,6 +44,10 @@ class TeardownRecord:
     """Processes alive at the grace deadline, sent SIGKILL: each fails teardown."""
     marker_killed: list[ProcessRecord] = field(default_factory=list)
     """FFN processes SIGKILLed under the marker-scan exception (allowed)."""
+    injected: list[ProcessRecord] = field(default_factory=list)
+    """Processes a check SIGKILLed on purpose, as the fault it injects (the
+    ``ffn_failover`` check's dead FFN server): no teardown signal, allowed;
+    every other process must still go on SIGTERM."""
     leaks: list[ProcessRecord] = field(default_factory=list)
     """Processes still carrying the run marker after teardown."""
     errors: list[str] = field(default_factory=list)
@@ -95,6 +99,7 @@ def merge_records(records: Sequence[TeardownRecord]) -> TeardownRecord:
         out.terminated += record.terminated
         out.escalated += record.escalated
         out.marker_killed += record.marker_killed
+        out.injected += [p for p in record.injected if p not in out.injected]
         out.leaks += [p for p in record.leaks if p not in out.leaks]
         out.errors += record.errors
         out.exit_codes.update(record.exit_codes)

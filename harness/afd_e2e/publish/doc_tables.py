@@ -323,6 +323,12 @@ def scenario_table(root: Path) -> str:
             checks.append(f"gsm8k n={g.samples} >= {g.threshold} c={g.concurrency}")
         if s.checks.dual_ubatch_evidence:
             checks.append("dual-ubatch evidence")
+        if s.checks.ffn_failover:
+            f = s.checks.ffn_failover
+            checks.append(
+                f"ffn failover {f.kills} kill(s), {s.standbys} standby, "
+                f"expect {f.expect}"
+            )
         rows.append(
             [
                 f"`{sid}`",

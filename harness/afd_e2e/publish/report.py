@@ -264,6 +264,8 @@ def summary_table(report: RunReport) -> str:
         detail = _teardown_detail(record)
         if record.marker_killed:
             detail += f"; {len(record.marker_killed)} FFN SIGKILLed by marker scan"
+        if record.injected:
+            detail += f"; {len(record.injected)} SIGKILLed by a check (injected fault)"
         if record.ok and record.role_exit_s:
             slowest = max(record.role_exit_s.items(), key=lambda kv: kv[1])
             detail += f"; slowest {slowest[0]} {slowest[1]:.1f}s"
@@ -331,6 +333,9 @@ def summary_markdown(report: RunReport) -> str:
             detail += f"; SIGTERM to gone: {slowest}"
         if record.budget_s is not None:
             detail += f" (budget {record.budget_s:g} s)"
+        if record.injected:
+            named = sorted({p.name for p in record.injected})
+            detail += f"; injected SIGKILL (a check's fault): {', '.join(named)}"
         lines.append(
             f"| teardown | {result} | {record.duration_s:.1f} s | {_md(detail)} |"
         )

@@ -6,7 +6,10 @@ a headless Service per node the plan addresses, the API Service.
 Shape. Each role (``attention``, ``ffn``; ``baseline`` for a colocated
 scenario) is one LeaderWorkerSet of ``replicas: 1`` whose ``size`` is the
 role's server count: the leader pod runs the role's first server (its API and,
-for FFN, the AFD rendezvous), the worker pods its ``--headless`` servers. A
+for FFN, the AFD rendezvous; for attention when there are standbys), the
+worker pods its ``--headless`` servers. Each standby FFN server is an LWS of
+size 1 of its own (``<name>-standby-<i>``), on its placement node: it runs
+one rank and serves its own API, so it is no worker of the FFN role's. A
 role with one server is an LWS of size 1 too (LWS then runs the leader from
 the worker template), so every role reads alike. ``startupPolicy:
 LeaderCreated``: a spanning role's leader is ready only once its workers have
@@ -28,7 +31,8 @@ address of each logical node, the in-cluster DNS name of a headless Service,
 holds a literal IP, and every such name an argv holds has its Service:
 
 - the AFD ``host`` in every role's ``--additional-config`` is the first FFN
-  server's node; the first FFN rank listens there, on its node's IP;
+  server's node (the first attention server's with standbys); that server's
+  first rank listens there, on its node's IP;
 - ``--data-parallel-address`` of a role spanning servers is its leader's node;
 - the API ``--host`` is ``$(POD_IP)`` (downward API ``status.podIP``, the node's
   IP on the host network): one address, not ``0.0.0.0`` (on the host network,
@@ -53,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from afd_e2e.define.scenario import Ports, Scenario
+from afd_e2e.launch.placement import rendezvous_role
 from afd_e2e.launch.plan import SECRET_ENV, LaunchPlan, RoleLaunch, build_plan
 from afd_e2e.render.k8s_manifest import (
     LWS_API_VERSION,
@@ -124,7 +129,7 @@ def _k8s_scenario(scenario: Scenario) -> Scenario:
         api=scenario.ports.api or API_PORT,
         afd=scenario.ports.afd or AFDConfig.model_fields["port"].default,
     )
-    checks = scenario.checks.model_copy(update={"parity": None})
+    checks = scenario.checks.model_copy(update={"parity": None, "ffn_failover": None})
     return scenario.model_copy(update={"ports": ports, "checks": checks})
 
 
@@ -159,6 +164,7 @@ def _name_problems(name: str, scenario: Scenario, model_root: str) -> list[str]:
             "and '-', starting with a letter)"
         )
     roles = ["attention", "ffn"] if scenario.afd else ["baseline"]
+    roles += [f"standby-{i}" for i in range(scenario.standbys)]
     wanted = [(f"{name}-{role}", NAME_MAX["lws"]) for role in roles]
     wanted += [(node_service(name, n), NAME_MAX["service"]) for n in scenario.nodes]
     wanted.append((f"{name}-api", NAME_MAX["service"]))
@@ -195,9 +201,11 @@ class _Role:
 
 
 def _roles(plan: LaunchPlan) -> list[_Role]:
+    """The plan's servers by role; each standby is a role of its own."""
     order: dict[str, list[RoleLaunch]] = {}
     for launch in plan.roles:
-        order.setdefault(launch.role, []).append(launch)
+        key = launch.name if launch.role == "standby" else launch.role
+        order.setdefault(key, []).append(launch)
     return [_Role(role, servers) for role, servers in order.items()]
 
 
@@ -224,7 +232,7 @@ def _worker_problems(role: _Role, settings: PodSettings) -> list[str]:
     if len(role.workers) < 2:
         return []
     out = []
-    rpc = DP_RPC_PORT[role.name]
+    rpc = DP_RPC_PORT.get(role.name)
     starts = [_start_rank(w) for w in role.workers]
     step = starts[1] - starts[0]
     looks = [
@@ -322,11 +330,11 @@ def _api_service(name: str, plan: LaunchPlan) -> dict[str, Any]:
     )
 
 
-def _leader_ports(role: _Role, plan: LaunchPlan) -> ServerPorts:
+def _leader_ports(role: _Role, plan: LaunchPlan, host_role: str) -> ServerPorts:
     leader = role.leader
     return ServerPorts(
         api=None if leader.headless else leader.api_port,
-        rendezvous=plan.afd_port if role.name == "ffn" else None,
+        rendezvous=plan.afd_port if role.name == host_role else None,
         dp_rpc=(
             DP_RPC_PORT[role.name]
             if "--data-parallel-rpc-port" in leader.argv
@@ -336,14 +344,15 @@ def _leader_ports(role: _Role, plan: LaunchPlan) -> ServerPorts:
 
 
 def _leader_worker_set(
-    name: str, role: _Role, plan: LaunchPlan, settings: PodSettings
+    name: str, role: _Role, plan: LaunchPlan, settings: PodSettings, host_role: str
 ) -> dict[str, Any]:
-    rpc = DP_RPC_PORT[role.name]
+    """``host_role``: the role whose leader hosts the AFD rendezvous."""
+    rpc = DP_RPC_PORT.get(role.name)
     labels = _labels(name, role.name)
     leader = pod_template(
         role.leader,
         server_argv(role.leader, rpc),
-        _leader_ports(role, plan),
+        _leader_ports(role, plan, host_role),
         settings,
         nodes=[role.leader.node or ONE_NODE],
         labels={**labels, SERVER_LABEL: "leader"},
@@ -404,7 +413,10 @@ def render_k8s(
         raise _refusal(scenario_id, problems)
     objects = _node_services(name, scenario, plan, roles)
     objects.append(_api_service(name, plan))
-    objects += [_leader_worker_set(name, role, plan, settings) for role in roles]
+    host_role = rendezvous_role(scenario)
+    objects += [
+        _leader_worker_set(name, role, plan, settings, host_role) for role in roles
+    ]
     secret = any(SECRET_ENV in launch.env for launch in plan.roles)
     head = header(scenario_id, scenario, plan, settings, secret)
     return Manifest(scenario_id, head, objects)

@@ -8,6 +8,7 @@ No torch at import: tensors appear only in annotations.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -228,6 +229,17 @@ class AFDConnector(ABC):
         raise NotImplementedError(
             f"{type(self).__name__} is driven by its control plane"
         )
+
+    def wait_until_active(self, stopping: Callable[[], bool]) -> bool:
+        """FFN side, before the daemon serves: a standby FFN server waits here
+        until it is promoted in place of a dead rank (False: it stopped
+        first); every other rank is active at once."""
+        return True
+
+    def takes_part(self, layer: int, stage: int) -> bool:
+        """FFN side: whether ``layer`` of ``stage`` moves in the current step
+        (a standby's first step resumes mid-way: the layers before are done)."""
+        return True
 
     def peers_left(self) -> bool:
         """FFN side: whether every served attention rank closed in order (a

@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -33,11 +34,15 @@ from afd_plugin.connectors.rendezvous import (
 from afd_plugin.rendezvous_protocol import (
     Join,
     PeerRecord,
+    Promotion,
     RendezvousProtocolError,
     exposure_warning,
     is_loopback,
     load_secret,
     new_nonce,
+    promotion_key,
+    standby_key,
+    standby_left_key,
 )
 from afd_plugin.topology import WorldLayout
 
@@ -51,6 +56,8 @@ IDLE_TIMEOUT = timedelta(days=365)
 dead peer is still noticed at once because its TCP connection closes."""
 
 _LEAVE_TIMEOUT = timedelta(seconds=2)
+_PROMOTION_POLL = timedelta(seconds=1)
+"""A waiting standby's poll: it frees the store for an orderly shutdown."""
 _STORE_TIMEOUT = timedelta(seconds=10)
 
 
@@ -120,11 +127,24 @@ class GlooWorld:
         *,
         secret: bytes | None = None,
         bind_host: str | None = None,
+        standby_places: int = 0,
+        standby: bool = False,
     ) -> None:
         self.layout = layout
         self.role = role
         self.rank = rank
         self.global_rank = layout.global_rank(role, rank)
+        self.standby_places = standby_places
+        self.standby = standby
+        """A standby FFN server: it holds no rank until it is promoted."""
+        self.slot: int | None = None
+        """A standby's place at the rendezvous."""
+        self.host_global_rank = (
+            layout.global_rank("attention", 0) if standby_places else 0
+        )
+        """Who hosts the rendezvous: global rank 0 (the first FFN rank), or,
+        with standby FFN servers, the first attention rank, so that the
+        rendezvous outlives any FFN rank."""
         self.address = f"{host}:{port}"
         self._host = host
         self._port = port
@@ -132,13 +152,18 @@ class GlooWorld:
         self.peer_timeout = timedelta(seconds=peer_timeout_s)
         self._secret = secret
         self.bind_host = bind_host or (
-            host if self.global_rank == 0 else local_address(host, port)
+            host if self.hosts_rendezvous else local_address(host, port)
         )
         """Where this rank's sockets bind: its gloo pairs, and the rendezvous
-        itself on global rank 0 (``host``)."""
+        itself on its host (``host``)."""
         self.peers: dict[int, PeerInfo] = {}
         self._store: RendezvousStore | None = None
         self._pg: ProcessGroupGloo | None = None
+        self._routes: dict[int, tuple[ProcessGroupGloo, int]] = {}
+        """Peers reached through a group of their own (a promoted standby
+        and its attention ranks): global rank -> (group, rank in it)."""
+        self._groups: list[ProcessGroupGloo] = []
+        self._joined = False
         self._left = False
         self._failed = False
         """An exchange failed: closing is then not an orderly leave."""
@@ -157,17 +182,29 @@ class GlooWorld:
             config.extra.peer_timeout_s,
             secret=load_secret(config.secret_env, config.secret_file),
             bind_host=config.bind_host,
+            standby_places=config.num_ffn_standby,
+            standby=config.standby,
         )
+
+    @property
+    def hosts_rendezvous(self) -> bool:
+        return not self.standby and self.global_rank == self.host_global_rank
 
     # -- rendezvous ---------------------------------------------------------
 
     def me(self) -> str:
+        if self.standby and self.slot is not None:
+            return f"AFD FFN standby {self.slot}" + (
+                f" (FFN rank {self.rank})" if self._joined else ""
+            )
+        if self.standby:
+            return "AFD FFN standby"
         return f"AFD {self.role} rank {self.rank}"
 
     @property
     def host_rank(self) -> str:
-        """Who hosts the rendezvous store: global rank 0 of the layout."""
-        role, rank = self.layout.role_of(0)
+        """Who hosts the rendezvous store."""
+        role, rank = self.layout.role_of(self.host_global_rank)
         return f"{role} rank {rank}"
 
     def describe(self, global_rank: int) -> str:
@@ -213,6 +250,7 @@ class GlooWorld:
                 f"{self.me()}: could not connect the gloo group of the AFD world at "
                 f"{self.address}: {exc}"
             ) from exc
+        self._joined = True
         # After rendezvous the store only answers "did this peer leave?".
         self._store.set_timeout(min(self.peer_timeout, _STORE_TIMEOUT))
         logger.info(
@@ -253,26 +291,27 @@ class GlooWorld:
             theirs = ExchangeSpec.from_dict(record.spec)
             for diff in spec.differences(theirs):
                 problems.append(f"{self.describe(g)} disagrees on {diff}")
-        # The store lives in global rank 0: it stays up until everyone has read.
+        # The store lives in its host: it stays up until everyone has read.
         self._store.set(f"read/{self.global_rank}", "1")
-        if self.global_rank == 0:
+        if self.hosts_rendezvous:
             with contextlib.suppress(RuntimeError):
                 self._store.wait([f"read/{g}" for g in ranks], _STORE_TIMEOUT)
         return problems
 
     def _join_message(self) -> Join:
         return Join(
-            rank=self.global_rank,
+            rank=0 if self.standby else self.global_rank,
             world_size=self.layout.world_size,
             pid=os.getpid(),
             role=self.role,
-            role_rank=self.rank,
+            role_rank=0 if self.standby else self.rank,
             nonce=new_nonce(),
             proof="",
+            standby=self.standby,
         )
 
     def _open_store(self) -> RendezvousStore:
-        if self.global_rank == 0:
+        if self.hosts_rendezvous:
             warning = exposure_warning(self._host, self._port, self._secret is not None)
             if warning is not None:
                 logger.warning("afd-plugin: %s", warning)
@@ -283,6 +322,11 @@ class GlooWorld:
                     self.layout.world_size,
                     self._secret,
                     self.address,
+                    standby_places=self.standby_places,
+                    ffn_ranks=range(
+                        self.layout.global_rank("ffn", 0),
+                        self.layout.global_rank("ffn", 0) + self.layout.num_ffn,
+                    ),
                 )
             except OSError as exc:
                 raise AFDPeerError(
@@ -331,16 +375,164 @@ class GlooWorld:
         except RuntimeError:
             return False
 
+    # -- standbys and failover -----------------------------------------------
+
+    def join_as_standby(self, spec: ExchangeSpec) -> None:
+        """A standby FFN server: take a standby place at the rendezvous and
+        publish who it is; it holds no rank and no group until promoted."""
+        started = time.monotonic()
+        store = self._open_store()
+        self._store = store
+        self.slot = getattr(store, "slot", None)
+        if self.slot is None:
+            raise AFDPeerError(
+                f"{self.me()}: the AFD rendezvous at {self.address} gave this "
+                "standby no standby place"
+            )
+        record = PeerRecord(
+            "ffn", self.slot, self.bind_host, os.getpid(), machine_id(), spec.to_dict()
+        )
+        try:
+            store.set(standby_key(self.slot), record.encode())
+        except RuntimeError as exc:
+            raise AFDPeerError(
+                f"{self.me()}: could not publish its record at the AFD rendezvous "
+                f"{self.address}: {exc}"
+            ) from exc
+        logger.info(
+            "afd-plugin: %s waits at the AFD rendezvous %s (standby place %d of %d; "
+            "joined in %.1fs)",
+            self.me(),
+            self.address,
+            self.slot,
+            self.standby_places,
+            time.monotonic() - started,
+        )
+
+    def await_promotion(self, stopping: Callable[[], bool]) -> Promotion | None:
+        """Wait until the host promotes this standby; None when ``stopping``
+        or when the host is gone (the deployment ended: nothing to stand by
+        for). Polls, so an orderly shutdown can still use the store."""
+        assert self.slot is not None
+        key = promotion_key(self.slot)
+        while not stopping():
+            store = self._store
+            if store is None:
+                return None
+            try:
+                store.wait([key], _PROMOTION_POLL)
+                return Promotion.decode(store.get(key))
+            except RuntimeError as exc:
+                if "Timed out" in str(exc):
+                    continue
+                if stopping():
+                    return None
+                logger.info(
+                    "afd-plugin: %s: the AFD rendezvous host (%s) is gone, so "
+                    "there is nothing to stand by for: %s",
+                    self.me(),
+                    self.host_rank,
+                    exc,
+                )
+                return None
+        return None
+
+    def adopt(self, promotion: Promotion, spec: ExchangeSpec) -> None:
+        """Take the rank the host promoted this standby to: read every other
+        rank's record and check the attention ranks run this model split."""
+        role, rank = self.layout.role_of(promotion.rank)
+        self.rank, self.global_rank = rank, promotion.rank
+        store = self.store
+        problems: list[str] = []
+        for g in range(self.layout.world_size):
+            if g == self.global_rank:
+                continue
+            try:
+                record = PeerRecord.decode(store.get(f"peer/{g}"))
+            except (RuntimeError, RendezvousProtocolError) as exc:
+                raise AFDPeerError(
+                    f"{self.me()}: cannot read the record of global rank {g} at the "
+                    f"AFD rendezvous {self.address}: {exc}"
+                ) from exc
+            self.peers[g] = PeerInfo(
+                record.role, record.rank, record.host, record.pid, record.machine
+            )
+            if record.role == "attention":
+                theirs = ExchangeSpec.from_dict(record.spec)
+                for diff in spec.differences(theirs):
+                    problems.append(f"{self.describe(g)} disagrees on {diff}")
+        self.peers[self.global_rank] = PeerInfo(
+            role, rank, self.bind_host, os.getpid(), machine_id()
+        )
+        if problems:
+            raise AFDPeerError(
+                f"{self.me()}: this standby does not run the attention servers' "
+                "model split: " + "; ".join(problems)
+            )
+        self._joined = True
+
+    def fail_over(self, dead: int, seen: int, spec: ExchangeSpec) -> Promotion:
+        """Attention side: have the host promote a standby in place of FFN
+        global rank ``dead`` (incarnation ``seen``); record who it is."""
+        store = self.store
+        try:
+            promotion = store.failover(dead, seen)
+            record = PeerRecord.decode(store.get(standby_key(promotion.slot)))
+        except (RuntimeError, RendezvousProtocolError) as exc:
+            raise AFDPeerError(str(exc).removeprefix("AFD rendezvous: ")) from exc
+        diffs = spec.differences(ExchangeSpec.from_dict(record.spec))
+        if diffs:
+            raise AFDPeerError(
+                f"standby {promotion.slot} (pid {promotion.pid}) does not run this "
+                "model split: " + "; ".join(diffs)
+            )
+        _, rank = self.layout.role_of(dead)
+        self.peers[dead] = PeerInfo(
+            "ffn", rank, record.host, record.pid, record.machine
+        )
+        self._routes.pop(dead, None)
+        self._failed = False  # handled: a later close is an orderly leave again
+        return promotion
+
+    def open_group(self, members: tuple[int, ...], generation: int) -> None:
+        """Connect ``members`` (global ranks, this one among them) in a gloo
+        group of their own, and reach each of them through it: a promoted
+        standby and its attention ranks (the world's group is fixed)."""
+        options = ProcessGroupGloo._Options()
+        options._timeout = self._rendezvous_timeout
+        options._devices = [ProcessGroupGloo.create_device(hostname=self.bind_host)]
+        store = self.store
+        store.set_timeout(self._rendezvous_timeout)
+        try:
+            pg = ProcessGroupGloo(
+                PrefixStore(f"failover/{members[0]}/{generation}", store),
+                members.index(self.global_rank),
+                len(members),
+                options,
+            )
+        except RuntimeError as exc:
+            others = [self.describe(g) for g in members if g != self.global_rank]
+            raise AFDPeerError(
+                f"{self.me()}: could not connect the gloo group of "
+                f"{', '.join(others)} after a failover: {exc}"
+            ) from exc
+        finally:
+            store.set_timeout(min(self.peer_timeout, _STORE_TIMEOUT))
+        self._groups.append(pg)
+        for index, g in enumerate(members):
+            if g != self.global_rank:
+                self._routes[g] = (pg, index)
+
     # -- point to point -----------------------------------------------------
 
     @property
     def connected(self) -> bool:
-        return self._pg is not None
+        return self._joined
 
     def send(self, tensor: torch.Tensor, dst: int, tag: int, what: str) -> None:
-        pg = self._require_pg(what)
+        pg, peer = self._route(dst, what)
         try:
-            pg.send([tensor], dst, tag).wait(self.peer_timeout)
+            pg.send([tensor], peer, tag).wait(self.peer_timeout)
         except RuntimeError as exc:
             raise self._peer_error(dst, f"sending {what}", exc) from exc
 
@@ -354,19 +546,24 @@ class GlooWorld:
     ) -> None:
         """Fill ``tensor`` from ``src``; ``idle``: wait without the peer timeout
         (the FFN side waiting for the next step of an idle server)."""
-        pg = self._require_pg(what)
+        pg, peer = self._route(src, what)
         timeout = IDLE_TIMEOUT if idle else self.peer_timeout
         try:
-            pg.recv([tensor], src, tag).wait(timeout)
+            pg.recv([tensor], peer, tag).wait(timeout)
         except RuntimeError as exc:
             raise self._peer_error(src, f"receiving {what}", exc) from exc
 
-    def _require_pg(self, what: str) -> ProcessGroupGloo:
+    def _route(self, peer: int, what: str) -> tuple[ProcessGroupGloo, int]:
+        """The group ``peer`` is reached through, and its rank there."""
+        route = self._routes.get(peer)
+        if route is not None:
+            return route
         if self._pg is None:
             raise RuntimeError(
-                f"{self.me()}: {what} before init_afd_connector() (or after close())"
+                f"{self.me()}: {what} with global rank {peer}: no group reaches it "
+                "(before init_afd_connector(), or after close())"
             )
-        return self._pg
+        return self._pg, peer
 
     def _peer_error(self, peer: int, doing: str, exc: Exception) -> AFDPeerError:
         text = str(exc)
@@ -410,20 +607,29 @@ class GlooWorld:
         """Tell the peers this rank leaves in order (best effort, once), so a
         peer that loses the connection next reads it as a shutdown."""
         store = self._store
-        if store is None or self._pg is None or self._left or self._failed:
+        if store is None or self._left or self._failed:
             return  # a rank that failed an exchange does not leave in order
+        if not self._joined and not (self.standby and self.slot is not None):
+            return
         self._left = True
         try:
             store.set_timeout(_LEAVE_TIMEOUT)
-            store.set(f"left/{self.global_rank}", "1")
+            if self._joined:
+                store.set(f"left/{self.global_rank}", "1")
+            else:  # a standby that was never promoted
+                assert self.slot is not None
+                store.set(standby_left_key(self.slot), "1")
         except RuntimeError:
             logger.debug("afd-plugin: %s could not announce its leave", self.me())
 
     def close(self) -> None:
-        """Announce an orderly leave, then drop group and store."""
+        """Announce an orderly leave, then drop groups and store."""
         self.announce_leave()
         store, self._store = self._store, None
         pg, self._pg = self._pg, None
         del pg
+        self._routes.clear()
+        self._groups.clear()
+        self._joined = False
         if store is not None:
             store.close()

@@ -8,14 +8,20 @@ Backends differ only in the transport: gloo (CPU), NCCL or host memory (CUDA).
 
 from __future__ import annotations
 
+import logging
+import os
+import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
+from afd_plugin import metrics as afd_metrics
 from afd_plugin.config import AFDConfig
-from afd_plugin.connectors.base import AFDConnector, AFDControlPlane
+from afd_plugin.connectors.base import AFDConnector, AFDControlPlane, AFDPeerError
 from afd_plugin.connectors.gloo_world import GlooWorld
+from afd_plugin.failover_resume import ResumeRecord, resume_starts
 from afd_plugin.step_protocol import merge_block_payloads, stage_rows
 from afd_plugin.topology import WorldLayout, attention_block, ffn_rank_for_attention
 from afd_plugin.wire import (
@@ -25,6 +31,8 @@ from afd_plugin.wire import (
     decode_payload,
     encode_payload,
 )
+
+logger = logging.getLogger("afd_plugin")
 
 # gloo matches messages by (peer, tag); one tag per kind keeps kinds apart.
 # NCCL has no tags: both roles issue their operations in the same order.
@@ -75,6 +83,20 @@ class GlooTransport(DataTransport):
         self.world.recv(tensor, src, tag, what, idle)
 
 
+@dataclass
+class InFlight:
+    """Attention side, with standbys: what the current step sent its FFN
+    rank and may have to resend to a standby that takes over."""
+
+    payloads: list[bytes] = field(default_factory=list)
+    """The step's encoded control payloads, in order."""
+    inputs: dict[tuple[int, int], dict[str, torch.Tensor]] = field(default_factory=dict)
+    """(layer, stage) -> the tensors sent, until the output came back
+    (insertion order is send order)."""
+    answered: dict[int, int] = field(default_factory=dict)
+    """Stage -> the last layer whose output came back in this step."""
+
+
 @dataclass(frozen=True)
 class StepState:
     """What one stage of the current step moves, per peer."""
@@ -112,16 +134,34 @@ class P2pControlPlane(AFDControlPlane):
         # AFD-I10: local state first, so what is sent is what this rank runs.
         c.update_state_from_dp_metadata(payload)
         data = encode_payload(payload)
-        path, peer = self.path, c.ffn_peer
         what = f"the control payload of step {c.step}, stage {payload.stage_key}"
+        c.in_flight.payloads.append(data)
+        try:
+            self.send_bytes(data, what)
+        except AFDPeerError as exc:
+            c.fail_over(exc)  # the standby gets this payload with the rest
+
+    def send_bytes(self, data: bytes, what: str) -> None:
+        """Length, then bytes, to this attention rank's FFN rank."""
+        path, peer = self.path, self._connector.ffn_peer
         length = torch.tensor([len(data)], dtype=torch.int64)
         path.send(length, peer, TAG_CONTROL_LENGTH, what)
         body = torch.frombuffer(bytearray(data), dtype=torch.uint8)
         path.send(body, peer, TAG_CONTROL_BYTES, what)
 
+    def recv_bytes(self, peer: int, what: str, idle: bool = False) -> bytes:
+        path = self.path
+        length = torch.empty(1, dtype=torch.int64)
+        path.recv(length, peer, TAG_CONTROL_LENGTH, what, idle=idle)
+        body = torch.empty(check_length(int(length.item())), dtype=torch.uint8)
+        path.recv(body, peer, TAG_CONTROL_BYTES, what)
+        return body.numpy().tobytes()
+
     def recv_dp_metadata_list(self) -> AFDControlPayload:
         c = self._connector
         world, path = c.world_or_raise(), self.path
+        if c.resume_due:
+            c.receive_resume()
         payloads: list[tuple[int, AFDControlPayload]] = []
         for peer in c.attention_peers:
             what = f"a control payload after step {c.step}"
@@ -159,6 +199,16 @@ class P2pAFDConnectorBase(AFDConnector):
         """The state set last (stage 0 without micro-batching)."""
         self.step = 0
         self._sent: dict[tuple[int, int], torch.Size] = {}
+        self.incarnation = 0
+        """Attention: the incarnation of its FFN rank (0: the one the world
+        formed with, +1 per failover); FFN: its own."""
+        self.in_flight = InFlight()
+        self.resume_due = False
+        """FFN, a standby just promoted: the resume records come first."""
+        self._resume_next: dict[int, tuple[int, ...]] = {}
+        self.starts: dict[int, tuple[int, ...]] = {}
+        """FFN, the step after a promotion: per attention peer, per stage, the
+        first layer it sends (``failover_resume``); empty otherwise."""
         # AFD-I2: installed at construction, owned by the connector.
         self.control_plane = P2pControlPlane(self)
 
@@ -231,6 +281,10 @@ class P2pAFDConnectorBase(AFDConnector):
         self.step = 0
         self.states.clear()
         self.state = None
+        self.in_flight = InFlight()
+        if self.config.standby:
+            self.world.join_as_standby(self.spec)  # a rank and a path come later
+            return
         self.world.join(self.spec)
         try:
             self.transport = self._open_transport(self.world)
@@ -241,6 +295,175 @@ class P2pAFDConnectorBase(AFDConnector):
     @property
     def buffered_sends(self) -> bool:
         return self.transport is not None and self.transport.buffered
+
+    # -- standbys (FFN side) ------------------------------------------------
+
+    def wait_until_active(self, stopping: Callable[[], bool]) -> bool:
+        """A standby waits here until it is promoted, then takes the dead
+        rank's place: its rank, its records, a data path to its attention
+        ranks. False when it stops first (shutdown, or the deployment ended).
+        An active rank returns at once."""
+        world = self.world
+        if not self.config.standby or world is None or world.connected:
+            return True
+        waited = time.monotonic()
+        promotion = world.await_promotion(stopping)
+        if promotion is None:
+            return False
+        started = time.monotonic()
+        assert self.spec is not None
+        world.adopt(promotion, self.spec)
+        self.rank = world.rank
+        self.incarnation = promotion.incarnation
+        self.transport = self._open_transport(world)
+        self.resume_due = True
+        afd_metrics.count_promotion(self.rank)
+        logger.warning(
+            "afd-plugin: standby %d (pid %d) promoted to FFN rank %d (global rank "
+            "%d, incarnation %d) after waiting %.1f s; data path to attention "
+            "rank(s) %s ready in %.2f s",
+            promotion.slot,
+            os.getpid(),
+            self.rank,
+            promotion.rank,
+            promotion.incarnation,
+            started - waited,
+            list(self.block),
+            time.monotonic() - started,
+        )
+        return True
+
+    def receive_resume(self) -> None:
+        """A promoted standby's first receive: each attention rank's resume
+        record (where each of its stages picks up the step)."""
+        self.resume_due = False
+        world = self.world_or_raise()
+        stages = self.spec.stages if self.spec is not None else 1
+        for peer in self.attention_peers:
+            raw = self.control_plane.recv_bytes(peer, "a resume record", idle=True)
+            try:
+                record = ResumeRecord.decode(raw)
+            except AFDWireError as exc:
+                who = f"{world.me()}: {world.describe(peer)}"
+                raise AFDWireError(f"{who}: {exc}") from None
+            if len(record.starts) != stages:
+                raise AFDWireError(
+                    f"{world.me()}: {world.describe(peer)} resumes "
+                    f"{len(record.starts)} stage(s), the exchange has {stages}"
+                )
+            self._resume_next[peer] = record.starts
+            self.step = max(self.step, record.step - 1)
+
+    def takes_part(self, layer: int, stage: int) -> bool:
+        """Whether any served attention rank sends ``layer`` of ``stage`` in
+        this step (only a resumed step leaves some out)."""
+        if not self.starts:
+            return True
+        return any(starts[stage] <= layer for starts in self.starts.values())
+
+    def _live_counts(self, state: StepState, layer: int, stage: int) -> tuple[int, ...]:
+        """Rows each peer sends for ``layer``: its count, or 0 for a peer that
+        resumed past it."""
+        if not self.starts:
+            return state.counts
+        return tuple(
+            count if self.starts.get(peer, (0,) * (stage + 1))[stage] <= layer else 0
+            for peer, count in zip(state.peers, state.counts, strict=True)
+        )
+
+    # -- failover (attention side) ------------------------------------------
+
+    def fail_over(self, error: AFDPeerError) -> None:
+        """The exchange with this rank's FFN rank failed with ``error``: with
+        standbys configured (and the FFN rank not shutting down in order),
+        have one promoted in its place, connect to it and resend what is in
+        flight; else, or when none is left, raise ``error`` as before."""
+        world = self.world_or_raise()
+        if not self.config.num_ffn_standby or not self.is_attention:
+            raise error
+        dead = self.ffn_peer
+        if world.peer_left(dead):
+            raise error  # an orderly shutdown is no failure to recover from
+        started = time.monotonic()
+        for _ in range(self.config.num_ffn_standby + 1):
+            holder = world.peers.get(dead)
+            before = f"pid {holder.pid}" if holder is not None else "pid ?"
+            try:
+                promotion = world.fail_over(dead, self.incarnation, self.spec)
+            except AFDPeerError as why:
+                raise AFDPeerError(
+                    f"{error} No standby took its place: {why}"
+                ) from error
+            old, self.transport = self.transport, None
+            if old is not None:
+                old.close()
+            self.incarnation = promotion.incarnation
+            try:
+                self.transport = self._open_transport(world)
+                resent = self._resend()
+            except AFDPeerError as again:
+                logger.warning(
+                    "afd-plugin: failover: standby %d (pid %d) failed while "
+                    "taking over (%s); trying the next one",
+                    promotion.slot,
+                    promotion.pid,
+                    again,
+                )
+                error = again
+                continue
+            afd_metrics.count_failover(self.rank)
+            logger.warning(
+                "afd-plugin: failover: FFN rank %d (%s) -> standby %d (pid %d) in "
+                "%.2f s (attention rank %d, step %d, resent %s)",
+                self.ffn_rank_of(self.rank),
+                before,
+                promotion.slot,
+                promotion.pid,
+                time.monotonic() - started,
+                self.rank,
+                self.step,
+                resent,
+            )
+            return
+        raise error
+
+    def _resend(self) -> str:
+        """To a promoted standby: the resume record, then the step's control
+        payloads and unanswered layer inputs in their first order."""
+        assert self.spec is not None
+        transport = self._transport_or_raise()
+        flight = self.in_flight
+        layers = [x.layer for x in self.spec.layers]
+        starts = resume_starts(
+            layers, self.spec.stages, flight.inputs.keys(), flight.answered
+        )
+        record = ResumeRecord(self.step, starts).encode()
+        control = self.control_plane
+        control.send_bytes(record, f"the resume record of step {self.step}")
+        for data in flight.payloads:
+            control.send_bytes(data, f"a control payload of step {self.step}")
+        for (layer, stage), tensors in flight.inputs.items():
+            self._send_input(transport, layer, stage, tensors)
+        return (
+            f"{len(flight.payloads)} control payload(s), {len(flight.inputs)} layer "
+            f"input(s); stages resume at layers {list(starts)}"
+        )
+
+    def _send_input(
+        self,
+        transport: DataTransport,
+        layer: int,
+        stage: int,
+        tensors: dict[str, torch.Tensor],
+    ) -> None:
+        where = self._where(layer, stage)
+        hidden = tensors["hidden"]
+        transport.send(hidden, self.ffn_peer, TAG_HIDDEN, f"hidden ({where})")
+        logits = tensors.get("router_logits")
+        if logits is not None:
+            transport.send(
+                logits, self.ffn_peer, TAG_ROUTER_LOGITS, f"router logits ({where})"
+            )
 
     def world_or_raise(self) -> GlooWorld:
         if self.world is None or not self.world.connected:
@@ -289,6 +512,11 @@ class P2pAFDConnectorBase(AFDConnector):
         if payload.stage_key == 0:
             self.step += 1
             self.states.clear()
+            if self.is_attention:
+                self.in_flight = InFlight()
+            else:
+                # A promoted standby's first step resumes; every later one is whole.
+                self.starts, self._resume_next = self._resume_next, {}
         rows = stage_rows(payload)
         if self.is_attention:
             own = rows[block.index(self.rank)]
@@ -332,20 +560,20 @@ class P2pAFDConnectorBase(AFDConnector):
         self._sent[(layer, stage)] = hidden.shape
         if hidden.shape[0] == 0:
             return
-        where = self._where(layer, stage)
-        transport.send(
-            hidden.contiguous(), self.ffn_peer, TAG_HIDDEN, f"hidden ({where})"
-        )
+        tensors = {"hidden": hidden.contiguous()}
         if self.spec.layer(layer).router_logits:
             logits = extras.get("router_logits")
             if logits is None:
                 raise AFDWireError(f"layer {layer} must send router logits")
-            transport.send(
-                logits.contiguous(),
-                self.ffn_peer,
-                TAG_ROUTER_LOGITS,
-                f"router logits ({where})",
-            )
+            tensors["router_logits"] = logits.contiguous()
+        if self.config.num_ffn_standby:
+            # Kept (not copied: nothing writes it before its output is back)
+            # for a standby that may have to take over mid-layer.
+            self.in_flight.inputs[(layer, stage)] = tensors
+        try:
+            self._send_input(transport, layer, stage, tensors)
+        except AFDPeerError as exc:
+            self.fail_over(exc)  # the standby gets this input with the rest
 
     def recv_ffn_output(self, layer: int, stage: int) -> torch.Tensor:
         transport = self._transport_or_raise()
@@ -356,7 +584,15 @@ class P2pAFDConnectorBase(AFDConnector):
         )
         if shape[0]:
             what = f"the FFN output ({self._where(layer, stage)})"
-            transport.recv(out, self.ffn_peer, TAG_FFN_OUTPUT, what)
+            while True:
+                try:
+                    transport.recv(out, self.ffn_peer, TAG_FFN_OUTPUT, what)
+                    break
+                except AFDPeerError as exc:
+                    self.fail_over(exc)
+                    transport = self._transport_or_raise()
+        self.in_flight.inputs.pop((layer, stage), None)
+        self.in_flight.answered[stage] = layer
         return out
 
     # -- FFN side -----------------------------------------------------------
@@ -370,7 +606,8 @@ class P2pAFDConnectorBase(AFDConnector):
         where = self._where(layer, stage)
         device = transport.device
         hiddens, logits = [], []
-        for peer, count in zip(state.peers, state.counts, strict=True):
+        counts = self._live_counts(state, layer, stage)
+        for peer, count in zip(state.peers, counts, strict=True):
             h = torch.empty(
                 count,
                 self.spec.hidden_size,
@@ -398,13 +635,14 @@ class P2pAFDConnectorBase(AFDConnector):
 
     def send_ffn_output(self, hidden: torch.Tensor, layer: int, stage: int) -> None:
         state, transport = self._state_or_raise(stage), self._transport_or_raise()
-        if hidden.shape[0] != sum(state.counts):
+        counts = self._live_counts(state, layer, stage)
+        if hidden.shape[0] != sum(counts):
             raise AFDWireError(
                 f"{self._me()}: layer {layer} stage {stage} output has "
-                f"{hidden.shape[0]} tokens, expected {sum(state.counts)}"
+                f"{hidden.shape[0]} tokens, expected {sum(counts)}"
             )
         where = self._where(layer, stage)
-        parts = torch.split(hidden, list(state.counts))
+        parts = torch.split(hidden, list(counts))
         for peer, part in zip(state.peers, parts, strict=True):
             if part.shape[0]:
                 transport.send(

@@ -48,6 +48,12 @@ class ConnectorSpec:
     cpu_reference: bool = False
     """Whether its operator contract also has CPU reference kernels (extra
     config ``ops: reference``), so it runs through real vLLM on the CPU."""
+    standby_refusal: str = (
+        "its FFN ranks are fixed members of the world its operators were "
+        "built for; a standby cannot take a dead rank's place in it"
+    )
+    """Why it cannot promote standby FFN servers (``num_ffn_standby``), or
+    empty when it can."""
 
     def _resolve(self, target: str) -> Any:
         module_name, _, attr = target.partition(":")
@@ -143,6 +149,7 @@ for _spec in (
         has_control_plane=True,
         synchronous=True,
         stages="decode, prefill",
+        standby_refusal="",
         notes="Shared-memory rings between roles on one machine (control "
         "payloads ride them too), else gloo point-to-point over TCP; runs on "
         "any CPU; two micro-batches per step with `micro_batches: 2`. FFN "
@@ -156,6 +163,8 @@ for _spec in (
         has_control_plane=True,
         synchronous=True,
         stages="decode",
+        standby_refusal="its NCCL communicator is fixed at start and a "
+        "replacement rank cannot join it",
         notes="NCCL point-to-point. FFN ranks first; attention ranks >= FFN "
         "ranks, spread in blocks differing by at most one.",
     ),

@@ -33,20 +33,25 @@ from afd_plugin.rendezvous_protocol import (
     Answer,
     Hello,
     Join,
+    Promotion,
     RendezvousProtocolError,
     Reply,
     Request,
     client_proof,
     decode_body,
     encode_frame,
+    failover_key,
     frame_length,
     new_nonce,
     owner_of,
+    promotion_key,
     proof_matches,
     refuse,
     reply_error,
     reply_ok,
     server_proof,
+    standby_left_key,
+    standby_slot_of,
     welcome,
 )
 
@@ -87,10 +92,22 @@ def write_message(sock: socket.socket, message: dict[str, Any]) -> None:
 # -- the server --------------------------------------------------------------
 
 
-@dataclass
+@dataclass(eq=False)
 class Member:
+    """One admitted connection: a rank of the world, or a standby FFN server
+    (``slot``), which holds no rank (``rank`` None) until it is promoted."""
+
     join: Join
     connected: bool = True
+    rank: int | None = None
+    slot: int | None = None
+    conn: socket.socket | None = None
+
+    def describe(self) -> str:
+        if self.slot is not None:
+            held = "" if self.rank is None else f", now global rank {self.rank}"
+            return f"standby {self.slot} (pid {self.join.pid}{held})"
+        return self.join.describe()
 
 
 class RendezvousServer:
@@ -103,12 +120,19 @@ class RendezvousServer:
         world_size: int,
         secret: bytes | None,
         address: str,
+        standby_places: int = 0,
+        ffn_ranks: range = range(0),
     ) -> None:
         self.world_size = world_size
         self.address = address
         self._secret = secret
         self._data: dict[str, bytes] = {}
         self._members: dict[int, Member] = {}
+        self.standby_places = standby_places
+        self._ffn_ranks = ffn_ranks
+        self._standbys: dict[int, Member] = {}
+        self._promotions: dict[int, Promotion] = {}
+        """Dead FFN global rank -> the standby promoted to it last."""
         self._formed = False
         self._cond = threading.Condition()
         self._closed = False
@@ -126,6 +150,8 @@ class RendezvousServer:
             raise
         for reason in REFUSAL_REASONS:  # every series from 0
             afd_metrics.count_refusal(reason, 0.0)
+        if standby_places:
+            afd_metrics.count_standby_lost(0.0)
         self._thread = threading.Thread(
             target=self._accept_loop, name="afd-rendezvous", daemon=True
         )
@@ -136,6 +162,11 @@ class RendezvousServer:
     def admit(self, join: Join) -> tuple[str, bool] | None:
         """``(why not, whether to retry)`` for a ``join`` that may not enter
         this world; None once it is admitted."""
+        outcome = self.enter(join)
+        return outcome if isinstance(outcome, tuple) else None
+
+    def enter(self, join: Join) -> Member | tuple[str, bool]:
+        """The admitted member, or ``(why not, whether to retry)``."""
         with self._cond:
             if join.world_size != self.world_size:
                 return (
@@ -143,6 +174,8 @@ class RendezvousServer:
                     f"{join.describe()} expects {join.world_size} (same "
                     "num_attention_ranks and num_ffn_ranks on both roles?)"
                 ), False
+            if join.standby:
+                return self._enter_standby(join)
             if join.rank >= self.world_size:
                 return (
                     f"global rank {join.rank} is outside the AFD world at "
@@ -173,32 +206,164 @@ class RendezvousServer:
                     f"taken at the AFD rendezvous {self.address} by pid "
                     f"{holder.join.pid}; {join.describe()} is a second server for it"
                 ), False
-            self._members[join.rank] = Member(join)
+            member = Member(join, rank=join.rank)
+            self._members[join.rank] = member
             if len(self._members) == self.world_size:
                 self._formed = True
             self._cond.notify_all()
-            return None
+            return member
+
+    def _enter_standby(self, join: Join) -> Member | tuple[str, bool]:
+        """A standby FFN server takes a free standby place (caller locks)."""
+        if not self.standby_places:
+            return (
+                f"the AFD world at {self.address} has no standby places "
+                f"(num_ffn_standby is 0 on its host); {join.describe()} is not "
+                "part of this deployment"
+            ), False
+        used = {
+            slot: m
+            for slot, m in self._standbys.items()
+            if m.connected or m.rank is not None
+        }
+        if len(used) >= self.standby_places:
+            holders = ", ".join(m.describe() for _, m in sorted(used.items()))
+            return (
+                f"all {self.standby_places} standby places of the AFD world at "
+                f"{self.address} are taken ({holders}); {join.describe()} is one "
+                "too many (num_ffn_standby)"
+            ), False
+        slot = next(i for i in range(self.standby_places) if i not in used)
+        member = Member(join, slot=slot)
+        self._standbys[slot] = member
+        self._data.pop(standby_left_key(slot), None)
+        self._data.pop(promotion_key(slot), None)
+        logger.info(
+            "afd-plugin: AFD rendezvous %s: %s waits as standby %d (%d of %d "
+            "standby places taken)",
+            self.address,
+            join.describe(),
+            slot,
+            len(used) + 1,
+            self.standby_places,
+        )
+        self._cond.notify_all()
+        return member
 
     def _describe_members(self) -> str:
-        return ", ".join(m.join.describe() for _, m in sorted(self._members.items()))
+        return ", ".join(m.describe() for _, m in sorted(self._members.items()))
 
-    def _left(self, rank: int) -> None:
+    def _left(self, member: Member) -> None:
         with self._cond:
-            member = self._members.get(rank)
-            if member is not None:
-                member.connected = False
+            member.connected = False
+            waiting = member.slot is not None and member.rank is None
+            if waiting and member.slot is not None:
+                self._standby_left(member, member.slot)
             self._cond.notify_all()
+
+    def _standby_left(self, member: Member, slot: int) -> None:
+        """A waiting standby's connection closed (caller locks): in order (it
+        said so) or lost; a lost one is reported, never silently dropped."""
+        left = sum(1 for m in self._standbys.values() if m.connected and m.rank is None)
+        if self._closed:
+            return
+        if standby_left_key(slot) in self._data:
+            logger.info(
+                "afd-plugin: AFD rendezvous %s: standby %d (pid %d) shut down; "
+                "%d standby(s) still waiting",
+                self.address,
+                slot,
+                member.join.pid,
+                left,
+            )
+            return
+        afd_metrics.count_standby_lost()
+        logger.warning(
+            "afd-plugin: AFD rendezvous %s: standby %d (pid %d) was lost while "
+            "waiting (its connection closed without a shutdown: killed or "
+            "crashed); %d standby(s) still waiting",
+            self.address,
+            slot,
+            member.join.pid,
+            left,
+        )
+
+    # failover
+
+    def failover(self, who: Member, dead: int, seen: int) -> dict[str, Any]:
+        """Promote a waiting standby in place of FFN global rank ``dead``,
+        whose incarnation ``seen`` the asking attention rank talked to; an
+        attention rank that asks after another one already did gets the same
+        promotion. The dead rank's holder, if its connection is still open
+        (it stopped answering), is fenced off: its connection closes."""
+        if who.join.role != "attention" or who.rank is None:
+            return reply_error(f"{who.describe()} may not ask for a failover")
+        if dead not in self._ffn_ranks:
+            return reply_error(f"global rank {dead} is not an FFN rank of this world")
+        current = self._promotions.get(dead)
+        if current is not None and current.incarnation > seen:
+            return reply_ok(current.encode())
+        waiting = [
+            m
+            for _, m in sorted(self._standbys.items())
+            if m.connected and m.rank is None
+        ]
+        if not waiting:
+            taken = sum(1 for m in self._standbys.values() if m.rank is not None)
+            return reply_error(
+                f"no standby FFN server is waiting ({self.standby_places} standby "
+                f"place(s), {taken} promoted already, "
+                f"{len(self._standbys) - taken} lost or never joined)"
+            )
+        standby = waiting[0]
+        assert standby.slot is not None
+        holder = self._members.get(dead)
+        standby.rank = dead
+        self._members[dead] = standby
+        promotion = Promotion(dead, seen + 1, standby.slot, standby.join.pid)
+        self._promotions[dead] = promotion
+        self._data[promotion_key(standby.slot)] = promotion.encode()
+        self._cond.notify_all()
+        if holder is not None and holder.connected and holder.conn is not None:
+            holder.connected = False
+            with contextlib.suppress(OSError):
+                holder.conn.shutdown(socket.SHUT_RDWR)
+        logger.info(
+            "afd-plugin: AFD rendezvous %s: standby %d (pid %d) takes FFN global "
+            "rank %d (incarnation %d) in place of %s, asked by %s",
+            self.address,
+            standby.slot,
+            standby.join.pid,
+            dead,
+            promotion.incarnation,
+            holder.describe() if holder is not None else "nobody",
+            who.describe(),
+        )
+        return reply_ok(promotion.encode())
 
     # the store
 
-    def handle(self, rank: int, request: Request) -> dict[str, Any]:
-        """Serve one store request of an admitted ``rank``."""
+    def handle(self, who: Member, request: Request) -> dict[str, Any]:
+        """Serve one store request of an admitted member."""
         op, keys = request.op, request.keys
+        rank = who.rank
         with self._cond:
+            if op == "failover":
+                dead = keys[0].removeprefix("ffn/")
+                if not dead.isdecimal() or len(dead) > 6:
+                    return reply_error(
+                        f"a failover names ffn/<global rank>, got {keys[0]!r}"
+                    )
+                return self.failover(who, int(dead), request.amount)
             if op == "set":
                 owner = owner_of(keys[0])
-                if owner is not None and owner != rank:
-                    return reply_error(f"global rank {rank} may not write {keys[0]!r}")
+                if owner is not None and (rank is None or owner != rank):
+                    return reply_error(f"{who.describe()} may not write {keys[0]!r}")
+                slot = standby_slot_of(keys[0])
+                if slot is not None and slot != who.slot:
+                    return reply_error(f"{who.describe()} may not write {keys[0]!r}")
+                if keys[0].startswith("promote/"):
+                    return reply_error(f"only the host promotes ({keys[0]!r})")
                 self._data[keys[0]] = request.value
                 self._cond.notify_all()
                 return reply_ok()
@@ -248,12 +413,11 @@ class RendezvousServer:
                 conn.close()
                 return
             self._connections.add(conn)
-        rank: int | None = None
+        member: Member | None = None
         try:
-            join = self._handshake(conn)
-            if join is None:
+            member = self._handshake(conn)
+            if member is None:
                 return
-            rank = join.rank
             conn.settimeout(None)
             while True:
                 try:
@@ -261,19 +425,19 @@ class RendezvousServer:
                 except RendezvousProtocolError as exc:
                     write_message(conn, reply_error(f"malformed request: {exc}"))
                     return
-                write_message(conn, self.handle(rank, request))
+                write_message(conn, self.handle(member, request))
         except (OSError, RendezvousClosed, RendezvousProtocolError):
             return
         finally:
-            if rank is not None:
-                self._left(rank)
+            if member is not None:
+                self._left(member)
             with self._cond:
                 self._connections.discard(conn)
             with contextlib.suppress(OSError):
                 conn.close()
 
-    def _handshake(self, conn: socket.socket) -> Join | None:
-        """The join of this connection, or None when it was refused."""
+    def _handshake(self, conn: socket.socket) -> Member | None:
+        """The member this connection joined as, or None when refused."""
         conn.settimeout(HANDSHAKE_TIMEOUT_S)
         challenge = new_nonce()
         write_message(conn, Hello(challenge, self._secret is not None).encode())
@@ -302,9 +466,9 @@ class RendezvousServer:
                 ),
             )
             return None
-        refusal = self.admit(join)
-        if refusal is not None:
-            reason, retry = refusal
+        outcome = self.enter(join)
+        if isinstance(outcome, tuple):
+            reason, retry = outcome
             if not retry:
                 afd_metrics.count_refusal("admission")
                 logger.warning("afd-plugin: AFD rendezvous refused a join: %s", reason)
@@ -313,8 +477,9 @@ class RendezvousServer:
         proof = (
             server_proof(self._secret, challenge, join.nonce) if self._secret else ""
         )
-        write_message(conn, welcome(proof))
-        return join
+        outcome.conn = conn
+        write_message(conn, welcome(proof, outcome.slot))
+        return outcome
 
     def close(self) -> None:
         with self._cond:
@@ -396,6 +561,13 @@ class RendezvousStore(dist.Store):
     def delete_key(self, key: str) -> bool:
         return bool(self._checked(Request("delete", (key,))).number)
 
+    def failover(self, dead: int, seen: int) -> Promotion:
+        """Ask the host to promote a standby in place of FFN global rank
+        ``dead`` (incarnation ``seen`` is the one this rank talked to);
+        ``RuntimeError`` naming why when none can take it."""
+        reply = self._checked(Request("failover", (failover_key(dead),), amount=seen))
+        return Promotion.decode(reply.value)
+
 
 class HostStore(RendezvousStore):
     """Rank 0's store: its own server, called in process."""
@@ -405,13 +577,13 @@ class HostStore(RendezvousStore):
     ) -> None:
         super().__init__(timeout)
         self.server = server
-        refusal = server.admit(join)
-        if refusal is not None:  # a fresh server admits its host
-            raise AFDPeerError(refusal[0])
-        self._rank = join.rank
+        outcome = server.enter(join)
+        if isinstance(outcome, tuple):  # a fresh server admits its host
+            raise AFDPeerError(outcome[0])
+        self._member = outcome
 
     def _call(self, request: Request) -> Reply:
-        return Reply.decode(self.server.handle(self._rank, request))
+        return Reply.decode(self.server.handle(self._member, request))
 
     def close(self) -> None:
         self.server.close()
@@ -431,6 +603,8 @@ class PeerStore(RendezvousStore):
     ) -> None:
         super().__init__(timeout)
         self.address = f"{host}:{port}"
+        self.slot: int | None = None
+        """A standby's place, as the host gave it at the join."""
         deadline = time.monotonic() + timeout.total_seconds()
         while True:
             self._sock: socket.socket | None = self._connect(
@@ -508,6 +682,7 @@ class PeerStore(RendezvousStore):
                     "deployment's secret: refusing to exchange with it"
                 )
         sock.settimeout(None)
+        self.slot = answer.slot
         return None
 
     def _call(self, request: Request) -> Reply:

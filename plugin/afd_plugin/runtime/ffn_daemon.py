@@ -200,6 +200,12 @@ class FFNDaemon:
         )
         error: BaseException | None = None
         try:
+            if not self.connector.wait_until_active(self._stopping.is_set):
+                # A standby that was never needed: shutdown, or the deployment
+                # (its rendezvous host) ended first.
+                if not self._stopping.is_set():
+                    self.on_exit(None)
+                return
             while not self._stopping.is_set():
                 self.run_once()
         except AFDPeerError as exc:

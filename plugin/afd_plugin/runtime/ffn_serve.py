@@ -83,6 +83,8 @@ def serve_ffn_step(
         return
     received: dict[tuple[int, int], tuple[torch.Tensor, dict[str, torch.Tensor]]] = {}
     for op in exchange_schedule(layers, stages, connector.buffered_sends):
+        if not connector.takes_part(op.layer, op.stage):
+            continue  # a standby's resumed step: done before it took over
         if op.kind == "recv":
             with _CLOCK.part("recv"):
                 received[(op.layer, op.stage)] = connector.recv_attn_output(

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from afd_plugin.connectors.base import AFDConnector
 
 logger = logging.getLogger("afd_plugin")
+_STANDBY_STOP_S = 3.0
 
 
 def check_role_worker(vllm_config: VllmConfig, role: str, worker: str) -> AFDConfig:
@@ -79,7 +80,9 @@ class AFDRoleWorkerMixin:
 
     def shutdown(self) -> None:
         if self.afd_daemon is not None:
-            self.afd_daemon.stop()
+            # A waiting standby polls: let it end, so that it leaves in order
+            # (the host reports a standby that just vanished as lost).
+            self.afd_daemon.stop(timeout=_STANDBY_STOP_S if self.afd.standby else 0.0)
         if self.afd_connector is not None and (
             self.afd_daemon is None or not self.afd_daemon.alive
         ):

@@ -34,12 +34,24 @@ class P2pGlooAFDConnector(P2pAFDConnectorBase):
 
     def _open_transport(self, world: GlooWorld) -> DataTransport:
         peers = (self.ffn_peer,) if self.is_attention else self.attention_peers
+        generation = self.incarnation
         if choose_shm(self.extra, world, self.exchange_group):
-            return ShmTransport(world, peers, self.extra, is_ffn=not self.is_attention)
+            return ShmTransport(
+                world,
+                peers,
+                self.extra,
+                is_ffn=not self.is_attention,
+                generation=generation,
+            )
         why = (
             "transport is 'gloo'"
             if self.extra.transport == "gloo"
             else shm_refusal(world, self.exchange_group)
         )
+        if generation:
+            # A promoted standby is no member of the world's group: it and its
+            # attention ranks connect a group of their own.
+            ffn = self.layout.global_rank("ffn", self.block_ffn_rank)
+            world.open_group((ffn, *self.attention_peers), generation)
         logger.info("afd-plugin: %s: gloo data path (%s)", world.me(), why)
         return GlooTransport(world)

@@ -109,8 +109,11 @@ class ShmTransport(DataTransport):
         peers: tuple[int, ...],
         extra: P2pGlooExtraConfig,
         is_ffn: bool,
+        generation: int = 0,
     ) -> None:
         self.world = world
+        self.generation = generation
+        """The FFN rank's incarnation: a promoted standby's rings are new."""
         self.device = torch.device("cpu")
         self.channels: dict[int, _Channel] = {}
         self._spin_s = extra.shm_spin_us * 1e-6
@@ -136,8 +139,10 @@ class ShmTransport(DataTransport):
 
     def _key(self, ffn: int, attention: int) -> str:
         """Where an FFN rank publishes its socket for one attention rank (both
-        global ranks: an attention rank may reach several FFN ranks)."""
-        return f"shm/{ffn}/{attention}"
+        global ranks: an attention rank may reach several FFN ranks), per
+        incarnation of the FFN rank."""
+        tail = f"/{self.generation}" if self.generation else ""
+        return f"shm/{ffn}/{attention}{tail}"
 
     def _ring(self, fd: int, capacity: int, doorbell: Doorbell) -> Ring:
         try:
