@@ -599,6 +599,82 @@ ERRORS: dict[str, ErrorClass] = {
             ROLE_WORKER: ("afd-plugin: FFN server stops: ",),
         },
     ),
+    "standby-config": ErrorClass(
+        "a standby FFN server configured where it cannot be",
+        {
+            CONFIG: (
+                "only an FFN server can be a standby; role is ",
+                "must be >= 1 on a standby server (and the same on every ",
+                "server of the deployment), got 0",
+            ),
+            VALIDATION: (
+                " cannot promote standby FFN servers (",
+                "set 0, or use ",
+                "a standby FFN server is one FFN rank (DP 1, TP 1, PP 1), got DP x ",
+                "TP x PP = ",
+            ),
+        },
+    ),
+    "standby-refused": ErrorClass(
+        "the rendezvous refused a standby FFN server",
+        {
+            RDV: (
+                " has no standby places ",
+                "(num_ffn_standby is 0 on its host); ",
+                "part of this deployment",
+                "standby places of the AFD world at ",
+                " is one ",
+                "too many (num_ffn_standby)",
+            ),
+        },
+    ),
+    "failover-no-standby": ErrorClass(
+        "an FFN rank died and no standby was left to take its place",
+        {
+            P2P_BASE: (" No standby took its place: ",),
+            RDV: (
+                "no standby FFN server is waiting (",
+                " promoted already, ",
+                " lost or never joined)",
+                " may not ask for a failover",
+                " is not an FFN rank of this world",
+            ),
+        },
+    ),
+    "standby-takeover-failed": ErrorClass(
+        "a promoted standby could not take the dead rank's place",
+        {
+            GLOO: (
+                " gave this ",
+                "standby no standby place",
+                ": could not publish its record at the AFD rendezvous ",
+                ": cannot read the record of global rank ",
+                ": this standby does not run the attention servers' ",
+                "model split: ",
+                " does not run this ",
+                ": could not connect the gloo group of ",
+                " after a failover: ",
+            ),
+            P2P_BASE: (
+                "afd-plugin: failover: standby ",
+                "; trying the next one",
+            ),
+        },
+    ),
+    "ffn-failover-check": ErrorClass(
+        "the harness's ffn_failover check failed",
+        {
+            H + "checks/ffn_failover.py": (
+                "FAIL ffn_failover: ",
+                " cannot land mid-generation: ",
+                "no standby was promoted within ",
+                " stream(s) did not complete: ",
+                " streams' tokens differ from the ",
+                "colocated run's; first: stream ",
+            ),
+            H + "checks/completions.py": ("error event after ",),
+        },
+    ),
     "ffn-refuses-requests": ErrorClass(
         "a request sent to the FFN server",
         {
@@ -974,6 +1050,7 @@ EXCEPTIONS: dict[str, tuple[str, ...]] = {
     H + "plan/types.py::PlanInputError": ("plan-input",),
     YAMLPOS + "::_Refused": ("scenario-file-error",),
     K8S + "::RenderError": ("k8s-render",),
+    H + "checks/completions.py::StreamError": ("ffn-failover-check",),
     SERVERS + "::ServerTeardownError": ("teardown-sigkill",),
     TINY + "::TinyModelError": ("tiny-model",),
     H + "bench/profile_run.py::_WindowFailed": ("bench-failed",),
@@ -1007,7 +1084,14 @@ MESSAGE_SCOPES: dict[str, tuple[str, ...] | None] = {
     WORKERS: ALL,
     FEATURES_NPU: ALL,
     REGISTRY: ("ConnectorSpec.load_class", "AFDConnectorFactory.parse_extra_config"),
-    RDV: ("RendezvousServer.admit", "RendezvousServer._handshake", "PeerStore"),
+    RDV: (
+        "RendezvousServer.admit",
+        "RendezvousServer.enter",
+        "RendezvousServer._enter_standby",
+        "RendezvousServer.failover",
+        "RendezvousServer._handshake",
+        "PeerStore",
+    ),
     GLOO: ("GlooWorld",),
     SHM: ("shm_refusal", "choose_shm", "ShmTransport._serve", "ShmTransport._connect"),
     NCCL: ALL,
@@ -1127,7 +1211,7 @@ INTERNAL_MESSAGES: tuple[tuple[str, str, str], ...] = (
     ),
     (
         GLOO,
-        " before init_afd_connector() (or after close())",
+        "(before init_afd_connector(), or after close())",
         "a programming error: an exchange before the connector is set up",
     ),
     (
