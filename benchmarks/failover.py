@@ -1,0 +1,240 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What a standby FFN failover costs the streams it happens under.
+
+One 1A1F deployment with ``--standbys`` standby FFN servers (tiny
+Qwen3-MoE on the CPU, real vLLM). Each round streams ``--concurrency``
+greedy completions, records when every token arrived, and once every
+stream has ``KILL_AFTER_TOKENS`` tokens SIGKILLs the active FFN server (the
+FFN server first, then the standby promoted last). It reports, per round:
+
+- the stall: per stream, the gap between its last token before the kill and
+  its first after it, the largest over the streams;
+- the step time beside it: the median gap between tokens of the same round
+  before the kill (the baseline, measured in the same run);
+- the failover the attention rank logged (promotion, new data path, resend);
+- where the stall goes: ``failover`` (logged) plus ``detection and the
+  step`` (the rest: noticing the dead peer, and finishing the interrupted
+  step on the standby), which add up to the stall.
+
+Every stream must complete (a failed one fails the benchmark).
+
+Usage: python benchmarks/failover.py [--standbys 3] [--concurrency 16]
+       [--max-tokens 96] [--write]
+With --write, the figures go to benchmarks/results/failover.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from afd_e2e.checks.completions import stream_completion
+from afd_e2e.launch.plan import free_port
+from afd_e2e.processes.servers import VllmServer, VllmServers, afd_config
+from afd_e2e.tiny_model import build_tiny_model
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+KILL_AFTER_TOKENS = 8
+REQUEST_TIMEOUT_S = 120.0
+FAILOVER_LINE = re.compile(
+    r"afd-plugin: failover: FFN rank \d+ \(pid (\d+)\) -> standby \d+ \(pid (\d+)\) "
+    r"in ([0-9.]+) s"
+)
+ENGINE_PID = re.compile(r"^\((?:\w+) pid=(\d+)\)", re.MULTILINE)
+
+
+def engine_pids(server: VllmServer) -> set[int]:
+    """The server's pid and those its log lines name (its engine core)."""
+    return {server.pid, *map(int, ENGINE_PID.findall(server.log_text()))}
+
+
+class Streams:
+    """Concurrent streams with each token's arrival time."""
+
+    def __init__(self, base_url: str, model: str, count: int, max_tokens: int):
+        self.times: list[list[float]] = [[] for _ in range(count)]
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+        self._threads = [
+            threading.Thread(
+                target=self._run,
+                args=(i, base_url, model, max_tokens),
+                daemon=True,
+            )
+            for i in range(count)
+        ]
+
+    def _run(self, i: int, base_url: str, model: str, max_tokens: int) -> None:
+        body = {
+            "model": model,
+            "prompt": f"Stream {i}: count the failovers, one by one:",
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "return_token_ids": True,
+        }
+        seen = 0
+
+        def arrived(total: int) -> None:
+            nonlocal seen
+            now = time.monotonic()
+            with self._lock:
+                self.times[i].extend([now] * (total - seen))
+            seen = total
+
+        try:
+            stream_completion(base_url, body, REQUEST_TIMEOUT_S, on_tokens=arrived)
+        except OSError as exc:
+            with self._lock:
+                self.errors.append(f"stream {i}: {exc}")
+
+    def start(self) -> None:
+        for t in self._threads:
+            t.start()
+
+    def fewest(self) -> int:
+        with self._lock:
+            return min(len(t) for t in self.times)
+
+    def join(self) -> None:
+        for t in self._threads:
+            t.join(REQUEST_TIMEOUT_S + 30)
+
+
+def stall_and_step(times: list[list[float]], kill_at: float) -> tuple[float, float]:
+    """(largest gap across the kill, median gap between tokens before it)."""
+    stalls, before = [], []
+    for arrivals in times:
+        distinct = sorted(set(arrivals))
+        pre = [t for t in distinct if t <= kill_at]
+        post = [t for t in distinct if t > kill_at]
+        if pre and post:
+            stalls.append(post[0] - pre[-1])
+        before += [b - a for a, b in zip(pre, pre[1:], strict=False)]
+    return max(stalls), statistics.median(before)
+
+
+def one_round(
+    attention: VllmServer,
+    victim: VllmServer,
+    servers: VllmServers,
+    model: str,
+    concurrency: int,
+    max_tokens: int,
+) -> dict[str, Any]:
+    logged_before = len(FAILOVER_LINE.findall(attention.log_text()))
+    streams = Streams(attention.base_url, model, concurrency, max_tokens)
+    streams.start()
+    deadline = time.monotonic() + REQUEST_TIMEOUT_S
+    while streams.fewest() < KILL_AFTER_TOKENS and time.monotonic() < deadline:
+        time.sleep(0.01)
+    kill_at = time.monotonic()
+    servers.manager.kill_process(victim.name)
+    streams.join()
+    if streams.errors:
+        raise SystemExit(f"streams failed across the failover: {streams.errors[:3]}")
+    if any(len(t) != max_tokens for t in streams.times):
+        raise SystemExit("a stream ended short")
+    lines = FAILOVER_LINE.findall(attention.log_text())[logged_before:]
+    if len(lines) != 1:
+        raise SystemExit(f"expected one failover line, got {lines}")
+    _, standby_pid, failover_s = lines[0]
+    stall, step = stall_and_step(streams.times, kill_at)
+    return {
+        "killed": victim.name,
+        "standby_pid": int(standby_pid),
+        "stall_ms": round(stall * 1000, 2),
+        "step_ms": round(step * 1000, 2),
+        "stall_over_step": round(stall / step, 1),
+        "failover_ms": round(float(failover_s) * 1000, 2),
+        "detection_and_step_ms": round((stall - float(failover_s)) * 1000, 2),
+        "completed": concurrency,
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    model = build_tiny_model("qwen3_moe")
+    port = free_port()
+    common: dict[str, Any] = {
+        "num_ffn_standby": args.standbys,
+        "connector_extra_config": {"rendezvous_timeout_s": 300.0, "peer_timeout_s": 20},
+    }
+    rounds: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as logs, VllmServers(Path(logs)) as servers:
+        ffn = servers.start("ffn", model, afd_config("ffn", port, **common))
+        standbys = [
+            servers.start(
+                f"standby{i}",
+                model,
+                afd_config("ffn", port, standby=True, **common),
+            )
+            for i in range(args.standbys)
+        ]
+        attention = servers.start(
+            "attention", model, afd_config("attention", port, **common)
+        )
+        for server in (attention, ffn, *standbys):
+            server.wait_ready()
+        served = str(model)
+        victim = ffn
+        for _ in range(args.standbys):
+            result = one_round(
+                attention, victim, servers, served, args.concurrency, args.max_tokens
+            )
+            rounds.append(result)
+            print(json.dumps(result), flush=True)
+            victim = next(
+                s for s in standbys if result["standby_pid"] in engine_pids(s)
+            )
+    return {
+        "machine": "2-core CPU (tiny Qwen3-MoE, fp32 by the model's config)",
+        "concurrency": args.concurrency,
+        "max_tokens": args.max_tokens,
+        "rounds": rounds,
+    }
+
+
+def table(figures: dict[str, Any]) -> str:
+    header = (
+        "| round | killed | stall (ms) | step (ms) | stall / step | failover (ms) "
+        "| detection and the step (ms) | completed |"
+    )
+    rows = [
+        header,
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for i, r in enumerate(figures["rounds"], 1):
+        rows.append(
+            f"| {i} | {r['killed']} | {r['stall_ms']} | {r['step_ms']} | "
+            f"{r['stall_over_step']}x | {r['failover_ms']} | "
+            f"{r['detection_and_step_ms']} | {r['completed']} |"
+        )
+    return "\n".join(rows)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--standbys", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument("--write", action="store_true")
+    args = parser.parse_args()
+    figures = run(args)
+    print(table(figures))
+    if args.write:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "failover.json").write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
