@@ -7,14 +7,17 @@ greedy completions, records when every token arrived, and once every
 stream has ``KILL_AFTER_TOKENS`` tokens SIGKILLs the active FFN server (the
 FFN server first, then the standby promoted last). It reports, per round:
 
-- the stall: per stream, the gap between its last token before the kill and
-  its first after it, the largest over the streams;
+- the stall: the largest gap between two tokens of one stream that ends
+  after the kill (token times are the client's: tokens made before the
+  kill may still arrive after it);
 - the step time beside it: the median gap between tokens of the same round
   before the kill (the baseline, measured in the same run);
-- the failover the attention rank logged (promotion, new data path, resend);
-- where the stall goes: ``failover`` (logged) plus ``detection and the
-  step`` (the rest: noticing the dead peer, and finishing the interrupted
-  step on the standby), which add up to the stall.
+- where the stall goes, from the attention rank's failover timing lines (on
+  the system-wide monotonic clock, which this process shares): detecting the
+  dead peer after the SIGKILL went out, the promotion at the rendezvous, the
+  new data path, the resend, the standby's first answer, and the rest (the
+  interrupted step's other layers, sampling, delivery to the client, and
+  the part of the step made before the kill); they add up to the stall.
 
 Every stream must complete (a failed one fails the benchmark).
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import sys
@@ -49,6 +53,21 @@ FAILOVER_LINE = re.compile(
     r"afd-plugin: failover: FFN rank \d+ \(pid (\d+)\) -> standby \d+ \(pid (\d+)\) "
     r"in ([0-9.]+) s"
 )
+TIMING_LINE = re.compile(
+    r"failover timing: noticed at monotonic ([0-9.]+) s; promotion ([0-9.]+) ms, "
+    r"new data path ([0-9.]+) ms, resend ([0-9.]+) ms"
+)
+ANSWER_LINE = re.compile(r"failover timing: the standby's first answer .* ([0-9.]+) ms")
+PARTS = (
+    "detection",
+    "promotion",
+    "new data path",
+    "resend",
+    "first answer",
+    "the rest",
+)
+"""Where the largest stall goes, in order; they add up to it."""
+FLAGS = (("avx512_bf16", "AVX512-BF16"), ("amx_tile", "AMX"))
 ENGINE_PID = re.compile(r"^\((?:\w+) pid=(\d+)\)", re.MULTILINE)
 
 
@@ -111,16 +130,33 @@ class Streams:
 
 
 def stall_and_step(times: list[list[float]], kill_at: float) -> tuple[float, float]:
-    """(largest gap across the kill, median gap between tokens before it)."""
+    """(the largest gap between two tokens of one stream that ends after the
+    kill, the median gap between tokens before it). Token times are when
+    the client got them: tokens the engine made before the kill may still
+    arrive after it, so the stall is not cut at the kill."""
     stalls, before = [], []
     for arrivals in times:
         distinct = sorted(set(arrivals))
-        pre = [t for t in distinct if t <= kill_at]
-        post = [t for t in distinct if t > kill_at]
-        if pre and post:
-            stalls.append(post[0] - pre[-1])
-        before += [b - a for a, b in zip(pre, pre[1:], strict=False)]
+        gaps = list(zip(distinct, distinct[1:], strict=False))
+        stalls += [b - a for a, b in gaps if b > kill_at]
+        before += [b - a for a, b in gaps if b <= kill_at]
     return max(stalls), statistics.median(before)
+
+
+def attribute(
+    stall: float, kill_at: float, timing: tuple[float, ...], answer: float
+) -> dict[str, float]:
+    """The stall's parts in ms (``PARTS``); the last is what is left."""
+    noticed, promotion, path, resend = timing
+    parts = {
+        "detection": (noticed - kill_at) * 1e3,
+        "promotion": promotion,
+        "new data path": path,
+        "resend": resend,
+        "first answer": answer,
+    }
+    parts["the rest"] = stall * 1e3 - sum(parts.values())
+    return {k: round(v, 2) for k, v in parts.items()}
 
 
 def one_round(
@@ -131,22 +167,24 @@ def one_round(
     concurrency: int,
     max_tokens: int,
 ) -> dict[str, Any]:
-    logged_before = len(FAILOVER_LINE.findall(attention.log_text()))
+    offset = len(attention.log_text())
     streams = Streams(attention.base_url, model, concurrency, max_tokens)
     streams.start()
     deadline = time.monotonic() + REQUEST_TIMEOUT_S
     while streams.fewest() < KILL_AFTER_TOKENS and time.monotonic() < deadline:
         time.sleep(0.01)
-    kill_at = time.monotonic()
-    servers.manager.kill_process(victim.name)
+    kill_at = victim.kill()
     streams.join()
     if streams.errors:
         raise SystemExit(f"streams failed across the failover: {streams.errors[:3]}")
     if any(len(t) != max_tokens for t in streams.times):
         raise SystemExit("a stream ended short")
-    lines = FAILOVER_LINE.findall(attention.log_text())[logged_before:]
-    if len(lines) != 1:
-        raise SystemExit(f"expected one failover line, got {lines}")
+    log = attention.log_text()[offset:]
+    lines = FAILOVER_LINE.findall(log)
+    timings = TIMING_LINE.findall(log)
+    answers = ANSWER_LINE.findall(log)
+    if len(lines) != 1 or len(timings) != 1 or len(answers) != 1:
+        raise SystemExit(f"expected one failover, got {lines} {timings} {answers}")
     _, standby_pid, failover_s = lines[0]
     stall, step = stall_and_step(streams.times, kill_at)
     return {
@@ -156,9 +194,25 @@ def one_round(
         "step_ms": round(step * 1000, 2),
         "stall_over_step": round(stall / step, 1),
         "failover_ms": round(float(failover_s) * 1000, 2),
-        "detection_and_step_ms": round((stall - float(failover_s)) * 1000, 2),
+        "parts_ms": attribute(
+            stall, kill_at, tuple(map(float, timings[0])), float(answers[0])
+        ),
         "completed": concurrency,
     }
+
+
+def machine() -> str:
+    """This machine as far as the figures depend on it."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        flags = []
+    extras = [name for flag, name in FLAGS if flag in flags]
+    return (
+        f"{len(os.sched_getaffinity(0))} CPUs"
+        + (f" with {', '.join(extras)}" if extras else "")
+        + ", tiny Qwen3-MoE in its own dtype"
+    )
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -196,7 +250,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 s for s in standbys if result["standby_pid"] in engine_pids(s)
             )
     return {
-        "machine": "2-core CPU (tiny Qwen3-MoE, fp32 by the model's config)",
+        "machine": machine(),
         "concurrency": args.concurrency,
         "max_tokens": args.max_tokens,
         "rounds": rounds,
@@ -204,20 +258,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def table(figures: dict[str, Any]) -> str:
-    header = (
-        "| round | killed | stall (ms) | step (ms) | stall / step | failover (ms) "
-        "| detection and the step (ms) | completed |"
-    )
+    """Per round: the stall, the step beside it, and the stall's parts."""
+    rounds = figures["rounds"]
+    header = ["", *(f"round {i} ({r['killed']})" for i, r in enumerate(rounds, 1))]
     rows = [
-        header,
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| " + " | ".join(header) + " |",
+        "| " + " | ".join("---" for _ in header) + " |",
     ]
-    for i, r in enumerate(figures["rounds"], 1):
-        rows.append(
-            f"| {i} | {r['killed']} | {r['stall_ms']} | {r['step_ms']} | "
-            f"{r['stall_over_step']}x | {r['failover_ms']} | "
-            f"{r['detection_and_step_ms']} | {r['completed']} |"
-        )
+
+    def row(name: str, values: list[Any]) -> None:
+        rows.append("| " + " | ".join([name, *map(str, values)]) + " |")
+
+    row("step (median gap between tokens, ms)", [r["step_ms"] for r in rounds])
+    row("stall (largest gap between tokens after the kill, ms)", [r["stall_ms"] for r in rounds])
+    row("stall / step", [f"{r['stall_over_step']}x" for r in rounds])
+    for part in PARTS:
+        row(f"  {part} (ms)", [r["parts_ms"][part] for r in rounds])
+    row("streams completed", [r["completed"] for r in rounds])
     return "\n".join(rows)
 
 

@@ -136,7 +136,7 @@ def test_a_standby_killed_while_waiting_is_reported_and_serving_goes_on(
     deployment: Deployment,
 ) -> None:
     assert deployment.attention.counter("afd:standbys_lost_total") == 0
-    deployment.servers.manager.kill_process(deployment.standby.name)
+    deployment.standby.kill()
     deadline = time.monotonic() + REPORTED_S
     while time.monotonic() < deadline:
         if deployment.attention.counter("afd:standbys_lost_total") >= 1:

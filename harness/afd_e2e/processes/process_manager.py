@@ -119,6 +119,9 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
         """Records of stops whose process :meth:`restart` started again."""
         self._record: TeardownRecord | None = None
         self._injected: dict[str, list[ProcessRecord]] = {}
+        self.injected_at: dict[str, float] = {}
+        """Per ``role:rank``: when :meth:`kill_process` sent its SIGKILL last
+        (``time.monotonic()``, the system-wide clock on Linux)."""
         """Per ``role:rank``: what :meth:`kill_process` SIGKILLed on purpose."""
         self._may_exit: set[str] = set()
         """Processes whose exit :meth:`expect_exit` declared a consequence."""
@@ -316,6 +319,7 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
                     adopt([target], targets)
                 else:  # another server's process: never touched here
                     target.close()
+            self.injected_at[name] = time.monotonic()
             with suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             killed = list(targets.values())

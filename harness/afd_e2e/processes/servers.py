@@ -160,6 +160,13 @@ class VllmServer:
         """Wait up to ``timeout_s`` for it to exit; the exit code, or None."""
         return self.process.wait_exit(timeout_s)
 
+    def kill(self) -> float:
+        """SIGKILL it now, as an injected fault (the set's teardown record
+        lists it as such and no longer checks it); when the signal went out
+        (``time.monotonic()``)."""
+        self._manager.kill_process(self.process.name)
+        return self._manager.injected_at[self.process.name]
+
     def stop(self) -> TeardownRecord:
         """Tear this server down now (SIGTERM, grace, SIGKILL); the others
         keep running. Its record is also part of the set's."""

@@ -167,9 +167,7 @@ def status_table() -> str:
                 "built to the contract; tested on the CPU where no device is "
                 "needed; no hardware run yet"
             )
-        rows.append(
-            [name, _code(s.name for s in specs), ", ".join(families), status]
-        )
+        rows.append([name, _code(s.name for s in specs), ", ".join(families), status])
     return _table(["Platform", "Connectors", "Models", "Status"], rows)
 
 
@@ -414,6 +412,59 @@ def bench_table(root: Path) -> str:
     )
 
 
+FAILOVER_RESULT = "benchmarks/results/failover.json"
+FAILOVER_PARTS = (
+    "detection",
+    "promotion",
+    "new data path",
+    "resend",
+    "first answer",
+    "the rest",
+)
+
+
+def failover_table(root: Path) -> str:
+    """The committed ``benchmarks/failover.py`` result: per failover, the
+    stall, the step time of the same run and where the stall went."""
+    import json
+
+    path = root / FAILOVER_RESULT
+    if not path.exists():
+        return "(no failover result committed yet)"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    rounds = data["rounds"]
+    header = [
+        "",
+        *(f"failover {i} (killed {r['killed']})" for i, r in enumerate(rounds, 1)),
+    ]
+    rows = [
+        [
+            "step: median gap between tokens (ms)",
+            *(f"{r['step_ms']:.1f}" for r in rounds),
+        ],
+        [
+            "stall: largest gap between tokens after the kill (ms)",
+            *(f"{r['stall_ms']:.1f}" for r in rounds),
+        ],
+        ["stall / step", *(f"{r['stall_over_step']:.1f}x" for r in rounds)],
+    ]
+    rows += [
+        [f"- {part} (ms)", *(f"{r['parts_ms'][part]:.1f}" for r in rounds)]
+        for part in FAILOVER_PARTS
+    ]
+    rows.append(
+        [
+            "streams completed",
+            *(f"{r['completed']}/{data['concurrency']}" for r in rounds),
+        ]
+    )
+    return (
+        _table(header, rows)
+        + f"\n\n{data['machine']}; {data['concurrency']} streams of "
+        f"{data['max_tokens']} tokens."
+    )
+
+
 def ci_step_example(root: Path) -> str:
     """The step ``afd-e2e ci render`` writes for the first PR-gate scenario
     (by id): what a Buildkite user's pipeline runs."""
@@ -434,6 +485,7 @@ def scenario_blocks(root: Path) -> list[Generated]:
         Generated("tests/e2e/README.md", "scenarios", build),
         Generated("docs/harness/ci.md", "ci-step", lambda: ci_step_example(root)),
         Generated("docs/benchmarks.md", "bench-results", lambda: bench_table(root)),
+        Generated("docs/benchmarks.md", "failover", lambda: failover_table(root)),
     ]
 
 

@@ -203,6 +203,7 @@ class P2pAFDConnectorBase(AFDConnector):
         """Attention: the incarnation of its FFN rank (0: the one the world
         formed with, +1 per failover); FFN: its own."""
         self.in_flight = InFlight()
+        self._failed_over_at: float | None = None
         self.resume_due = False
         """FFN, a standby just promoted: the resume records come first."""
         self._resume_next: dict[int, tuple[int, ...]] = {}
@@ -394,12 +395,14 @@ class P2pAFDConnectorBase(AFDConnector):
                 raise AFDPeerError(
                     f"{error} No standby took its place: {why}"
                 ) from error
+            promoted = time.monotonic()
             old, self.transport = self.transport, None
             if old is not None:
                 old.close()
             self.incarnation = promotion.incarnation
             try:
                 self.transport = self._open_transport(world)
+                connected = time.monotonic()
                 resent = self._resend()
             except AFDPeerError as again:
                 logger.warning(
@@ -411,19 +414,31 @@ class P2pAFDConnectorBase(AFDConnector):
                 )
                 error = again
                 continue
+            done = time.monotonic()
             afd_metrics.count_failover(self.rank)
             logger.warning(
                 "afd-plugin: failover: FFN rank %d (%s) -> standby %d (pid %d) in "
-                "%.2f s (attention rank %d, step %d, resent %s)",
+                "%.3f s (attention rank %d, step %d, resent %s)",
                 self.ffn_rank_of(self.rank),
                 before,
                 promotion.slot,
                 promotion.pid,
-                time.monotonic() - started,
+                done - started,
                 self.rank,
                 self.step,
                 resent,
             )
+            # Where it went, on the system-wide monotonic clock (comparable
+            # with a client's on this machine): benchmarks/failover.py.
+            logger.info(
+                "afd-plugin: failover timing: noticed at monotonic %.4f s; "
+                "promotion %.1f ms, new data path %.1f ms, resend %.1f ms",
+                started,
+                (promoted - started) * 1e3,
+                (connected - promoted) * 1e3,
+                (done - connected) * 1e3,
+            )
+            self._failed_over_at = done
             return
         raise error
 
@@ -591,6 +606,15 @@ class P2pAFDConnectorBase(AFDConnector):
                 except AFDPeerError as exc:
                     self.fail_over(exc)
                     transport = self._transport_or_raise()
+            if self._failed_over_at is not None:
+                logger.info(
+                    "afd-plugin: failover timing: the standby's first answer "
+                    "(layer %d, stage %d) %.1f ms after the resend",
+                    layer,
+                    stage,
+                    (time.monotonic() - self._failed_over_at) * 1e3,
+                )
+                self._failed_over_at = None
         self.in_flight.inputs.pop((layer, stage), None)
         self.in_flight.answered[stage] = layer
         return out
