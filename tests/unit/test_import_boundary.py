@@ -36,6 +36,7 @@ PURE_MODULES = [
     "afd_plugin.connectors.npu.schema",
     "afd_plugin.step_kind",
     "afd_plugin.step_protocol",
+    "afd_plugin.failover_resume",
     "afd_plugin.vllm_view",
     "afd_plugin.logs",
     "afd_plugin.metrics",

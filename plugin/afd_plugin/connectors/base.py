@@ -236,6 +236,11 @@ class AFDConnector(ABC):
         first); every other rank is active at once."""
         return True
 
+    @property
+    def waiting_standby(self) -> bool:
+        """A standby FFN server that was not promoted (yet)."""
+        return False
+
     def takes_part(self, layer: int, stage: int) -> bool:
         """FFN side: whether ``layer`` of ``stage`` moves in the current step
         (a standby's first step resumes mid-way: the layers before are done)."""

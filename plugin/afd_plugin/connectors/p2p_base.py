@@ -334,6 +334,10 @@ class P2pAFDConnectorBase(AFDConnector):
         )
         return True
 
+    @property
+    def waiting_standby(self) -> bool:
+        return self.config.standby and (self.world is None or not self.world.connected)
+
     def receive_resume(self) -> None:
         """A promoted standby's first receive: each attention rank's resume
         record (where each of its stages picks up the step)."""

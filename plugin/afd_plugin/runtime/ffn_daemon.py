@@ -192,20 +192,25 @@ class FFNDaemon:
             self._thread.join(timeout)
 
     def _loop(self) -> None:
-        logger.info(
-            "afd-plugin: FFN daemon serving %s",
-            "the dispatches of any attention rank in arrival order (no control plane)"
-            if self.connector.control_plane is None
-            else "the steps its control plane announces",
-        )
         error: BaseException | None = None
         try:
+            if self.connector.waiting_standby:
+                logger.info(
+                    "afd-plugin: FFN daemon waits until this standby is promoted"
+                )
             if not self.connector.wait_until_active(self._stopping.is_set):
                 # A standby that was never needed: shutdown, or the deployment
                 # (its rendezvous host) ended first.
                 if not self._stopping.is_set():
                     self.on_exit(None)
                 return
+            logger.info(
+                "afd-plugin: FFN daemon serving %s",
+                "the dispatches of any attention rank in arrival order (no control "
+                "plane)"
+                if self.connector.control_plane is None
+                else "the steps its control plane announces",
+            )
             while not self._stopping.is_set():
                 self.run_once()
         except AFDPeerError as exc:

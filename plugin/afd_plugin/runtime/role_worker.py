@@ -82,7 +82,10 @@ class AFDRoleWorkerMixin:
         if self.afd_daemon is not None:
             # A waiting standby polls: let it end, so that it leaves in order
             # (the host reports a standby that just vanished as lost).
-            self.afd_daemon.stop(timeout=_STANDBY_STOP_S if self.afd.standby else 0.0)
+            waiting = self.afd_connector is not None and (
+                self.afd_connector.waiting_standby
+            )
+            self.afd_daemon.stop(timeout=_STANDBY_STOP_S if waiting else 0.0)
         if self.afd_connector is not None and (
             self.afd_daemon is None or not self.afd_daemon.alive
         ):
