@@ -270,7 +270,10 @@ def table(figures: dict[str, Any]) -> str:
         rows.append("| " + " | ".join([name, *map(str, values)]) + " |")
 
     row("step (median gap between tokens, ms)", [r["step_ms"] for r in rounds])
-    row("stall (largest gap between tokens after the kill, ms)", [r["stall_ms"] for r in rounds])
+    row(
+        "stall (largest gap between tokens after the kill, ms)",
+        [r["stall_ms"] for r in rounds],
+    )
     row("stall / step", [f"{r['stall_over_step']}x" for r in rounds])
     for part in PARTS:
         row(f"  {part} (ms)", [r["parts_ms"][part] for r in rounds])

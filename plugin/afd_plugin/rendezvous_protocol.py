@@ -556,9 +556,10 @@ def promotion_key(slot: int) -> str:
     return f"promote/{slot}"
 
 
-def failover_key(global_rank: int) -> str:
-    """The key of a ``failover`` request for a dead FFN rank."""
-    return f"ffn/{global_rank}"
+def failover_key(global_rank: int, silent: bool = False) -> str:
+    """The key of a ``failover`` request for a dead FFN rank (``silent``: it
+    stopped answering; its connection may still be open)."""
+    return f"ffn/{global_rank}" + ("/silent" if silent else "")
 
 
 def standby_slot_of(key: str) -> int | None:

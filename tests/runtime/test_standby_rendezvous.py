@@ -110,13 +110,17 @@ def test_a_waiting_standby_writes_no_rank_records(deployment: Deployment) -> Non
     waiting.close()
 
 
-def test_a_failover_promotes_one_standby_and_fences_the_silent_holder(
+def test_a_failover_promotes_one_standby_and_fences_a_silent_holder(
     deployment: Deployment,
 ) -> None:
     ffn = deployment.join(member(0, 1001))  # alive but silent: it gets fenced
     attention_1 = deployment.join(member(2, 2002))
     first, second = deployment.join(standby(3001)), deployment.join(standby(3002))
-    promotion = deployment.host.failover(0, 0)
+    # Its connection is open: a standby cannot take a rank that is alive,
+    # unless the asker reports it silent (no answer within peer_timeout_s).
+    with pytest.raises(RuntimeError, match="a standby cannot take a rank that is"):
+        deployment.host.failover(0, 0)
+    promotion = deployment.host.failover(0, 0, silent=True)
     assert promotion == Promotion(rank=0, incarnation=1, slot=0, pid=3001)
     # The other attention rank of the dead FFN gets the same standby.
     assert attention_1.failover(0, 0) == promotion
@@ -129,11 +133,13 @@ def test_a_failover_promotes_one_standby_and_fences_the_silent_holder(
     # A stray server cannot claim the rank the standby now holds.
     with pytest.raises(AFDPeerError, match="already formed|already taken|is ending"):
         deployment.join(member(0, 1009))
-    # The promoted standby dies too: the next failover takes the next one.
+    # The promoted standby dies too (its connection closes): the next
+    # failover takes the next one.
+    first.close()
     assert deployment.host.failover(0, 1) == Promotion(0, 2, 1, 3002)
     with pytest.raises(RuntimeError, match="no standby FFN server is waiting"):
-        deployment.host.failover(0, 2)
-    for store in (ffn, attention_1, first, second):
+        deployment.host.failover(0, 2, silent=True)
+    for store in (ffn, attention_1, second):
         store.close()
 
 

@@ -23,6 +23,11 @@ if TYPE_CHECKING:
 class AFDPeerError(RuntimeError):
     """A peer failed, left or never arrived; the message names it."""
 
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
+        """The peer stayed silent past ``peer_timeout_s`` (it may be alive)."""
+
 
 @dataclass(frozen=True)
 class LayerExchange:

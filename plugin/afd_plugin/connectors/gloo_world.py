@@ -471,12 +471,15 @@ class GlooWorld:
             )
         self._joined = True
 
-    def fail_over(self, dead: int, seen: int, spec: ExchangeSpec) -> Promotion:
+    def fail_over(
+        self, dead: int, seen: int, spec: ExchangeSpec, silent: bool = False
+    ) -> Promotion:
         """Attention side: have the host promote a standby in place of FFN
-        global rank ``dead`` (incarnation ``seen``); record who it is."""
+        global rank ``dead`` (incarnation ``seen``; ``silent``: it stopped
+        answering, rather than its connection closing); record who it is."""
         store = self.store
         try:
-            promotion = store.failover(dead, seen)
+            promotion = store.failover(dead, seen, silent)
             record = PeerRecord.decode(store.get(standby_key(promotion.slot)))
         except (RuntimeError, RendezvousProtocolError) as exc:
             raise AFDPeerError(str(exc).removeprefix("AFD rendezvous: ")) from exc
@@ -587,7 +590,8 @@ class GlooWorld:
         else:
             why = "the connection to the peer is lost (it crashed or was killed)"
         return AFDPeerError(
-            f"{self.me()} failed {doing} with {self.describe(peer)}: {why}. {via}"
+            f"{self.me()} failed {doing} with {self.describe(peer)}: {why}. {via}",
+            timed_out=timed_out,
         )
 
     # -- leaving ------------------------------------------------------------

@@ -394,7 +394,9 @@ class P2pAFDConnectorBase(AFDConnector):
             holder = world.peers.get(dead)
             before = f"pid {holder.pid}" if holder is not None else "pid ?"
             try:
-                promotion = world.fail_over(dead, self.incarnation, self.spec)
+                promotion = world.fail_over(
+                    dead, self.incarnation, self.spec, silent=error.timed_out
+                )
             except AFDPeerError as why:
                 raise AFDPeerError(
                     f"{error} No standby took its place: {why}"

@@ -58,6 +58,9 @@ from afd_plugin.rendezvous_protocol import (
 logger = logging.getLogger("afd_plugin")
 
 HANDSHAKE_TIMEOUT_S = 10.0
+HOLDER_GONE_S = 2.0
+"""How long a failover waits for a dead holder's rendezvous connection to
+close (a killed process's sockets close together, within milliseconds)."""
 """How long a connection may take to join; a silent stranger is dropped."""
 _CONNECT_RETRY_S = 0.2
 
@@ -290,12 +293,17 @@ class RendezvousServer:
 
     # failover
 
-    def failover(self, who: Member, dead: int, seen: int) -> dict[str, Any]:
+    def failover(
+        self, who: Member, dead: int, seen: int, silent: bool = False
+    ) -> dict[str, Any]:
         """Promote a waiting standby in place of FFN global rank ``dead``,
         whose incarnation ``seen`` the asking attention rank talked to; an
         attention rank that asks after another one already did gets the same
-        promotion. The dead rank's holder, if its connection is still open
-        (it stopped answering), is fenced off: its connection closes."""
+        promotion (caller locks). A standby never takes a rank that is alive:
+        when the asker saw the connection close, the holder's rendezvous
+        connection must close too (a dead process's do at once); only a
+        holder reported ``silent`` (no answer within ``peer_timeout_s``) is
+        replaced while connected, and is fenced off: its connection closes."""
         if who.join.role != "attention" or who.rank is None:
             return reply_error(f"{who.describe()} may not ask for a failover")
         if dead not in self._ffn_ranks:
@@ -303,6 +311,22 @@ class RendezvousServer:
         current = self._promotions.get(dead)
         if current is not None and current.incarnation > seen:
             return reply_ok(current.encode())
+        holder = self._members.get(dead)
+        if holder is not None and holder.connected and not silent:
+            deadline = time.monotonic() + HOLDER_GONE_S
+            while holder.connected and time.monotonic() < deadline:
+                self._cond.wait(deadline - time.monotonic())
+            if holder.connected:
+                return reply_error(
+                    f"{holder.describe()} is alive at the AFD rendezvous "
+                    f"{self.address}: a standby cannot take a rank that is alive "
+                    f"({who.describe()} lost its data path to it, the rank did "
+                    "not leave the rendezvous)"
+                )
+            current = self._promotions.get(dead)  # another asker, meanwhile
+            if current is not None and current.incarnation > seen:
+                return reply_ok(current.encode())
+            holder = self._members.get(dead)
         waiting = [
             m
             for _, m in sorted(self._standbys.items())
@@ -317,7 +341,6 @@ class RendezvousServer:
             )
         standby = waiting[0]
         assert standby.slot is not None
-        holder = self._members.get(dead)
         standby.rank = dead
         self._members[dead] = standby
         promotion = Promotion(dead, seen + 1, standby.slot, standby.join.pid)
@@ -349,12 +372,16 @@ class RendezvousServer:
         rank = who.rank
         with self._cond:
             if op == "failover":
-                dead = keys[0].removeprefix("ffn/")
-                if not dead.isdecimal() or len(dead) > 6:
+                dead, _, silent = keys[0].removeprefix("ffn/").partition("/")
+                if (
+                    not dead.isdecimal()
+                    or len(dead) > 6
+                    or silent not in ("", "silent")
+                ):
                     return reply_error(
-                        f"a failover names ffn/<global rank>, got {keys[0]!r}"
+                        f"a failover names ffn/<global rank>[/silent], got {keys[0]!r}"
                     )
-                return self.failover(who, int(dead), request.amount)
+                return self.failover(who, int(dead), request.amount, bool(silent))
             if op == "set":
                 owner = owner_of(keys[0])
                 if owner is not None and (rank is None or owner != rank):
@@ -561,11 +588,13 @@ class RendezvousStore(dist.Store):
     def delete_key(self, key: str) -> bool:
         return bool(self._checked(Request("delete", (key,))).number)
 
-    def failover(self, dead: int, seen: int) -> Promotion:
+    def failover(self, dead: int, seen: int, silent: bool = False) -> Promotion:
         """Ask the host to promote a standby in place of FFN global rank
-        ``dead`` (incarnation ``seen`` is the one this rank talked to);
-        ``RuntimeError`` naming why when none can take it."""
-        reply = self._checked(Request("failover", (failover_key(dead),), amount=seen))
+        ``dead`` (incarnation ``seen`` is the one this rank talked to;
+        ``silent``: it stopped answering); ``RuntimeError`` naming why when
+        none can take it."""
+        key = failover_key(dead, silent)
+        reply = self._checked(Request("failover", (key,), amount=seen))
         return Promotion.decode(reply.value)
 
 
