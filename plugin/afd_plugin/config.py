@@ -75,8 +75,9 @@ class AFDConfig(BaseModel):
     bind_host: str | None = Field(default=None, min_length=1, max_length=255)
     """Local address this server's AFD sockets bind to (its gloo pairs and its
     rendezvous connection); default: the interface that reaches `host`
-    (127.0.0.1 when `host` is loopback). The first FFN rank's rendezvous always
-    listens on `host` itself; nothing binds to every interface."""
+    (127.0.0.1 when `host` is loopback). The rendezvous host (the first FFN
+    rank, or the first attention rank with standbys) always listens on `host`
+    itself; nothing binds to every interface."""
 
     secret_env: str | None = Field(
         default=None, min_length=1, max_length=255, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$"
