@@ -276,27 +276,33 @@ class GlooWorld:
         self._store.set(f"peer/{self.global_rank}", mine.encode())
         ranks = range(self.layout.world_size)
         self._wait_for([f"peer/{g}" for g in ranks], started)
-        problems: list[str] = []
-        for g in ranks:
-            try:
-                record = PeerRecord.decode(self._store.get(f"peer/{g}"))
-            except RendezvousProtocolError as exc:
-                raise AFDPeerError(
-                    f"{self.me()}: the AFD rendezvous record of global rank {g} at "
-                    f"{self.address} is malformed: {exc}"
-                ) from None
-            self.peers[g] = PeerInfo(
-                record.role, record.rank, record.host, record.pid, record.machine
-            )
-            theirs = ExchangeSpec.from_dict(record.spec)
-            for diff in spec.differences(theirs):
-                problems.append(f"{self.describe(g)} disagrees on {diff}")
+        problems = [p for g in ranks for p in self._read_peer(g, spec)]
         # The store lives in its host: it stays up until everyone has read.
         self._store.set(f"read/{self.global_rank}", "1")
         if self.hosts_rendezvous:
             with contextlib.suppress(RuntimeError):
                 self._store.wait([f"read/{g}" for g in ranks], _STORE_TIMEOUT)
         return problems
+
+    def _read_peer(self, g: int, spec: ExchangeSpec) -> list[str]:
+        """Read global rank ``g``'s record into :attr:`peers`; how it
+        disagrees with ``spec`` (empty when it agrees)."""
+        assert self._store is not None
+        try:
+            record = PeerRecord.decode(self._store.get(f"peer/{g}"))
+        except RendezvousProtocolError as exc:
+            raise AFDPeerError(
+                f"{self.me()}: the AFD rendezvous record of global rank {g} at "
+                f"{self.address} is malformed: {exc}"
+            ) from None
+        self.peers[g] = PeerInfo(
+            record.role, record.rank, record.host, record.pid, record.machine
+        )
+        theirs = ExchangeSpec.from_dict(record.spec)
+        return [
+            f"{self.describe(g)} disagrees on {diff}"
+            for diff in spec.differences(theirs)
+        ]
 
     def _join_message(self) -> Join:
         return Join(
@@ -439,28 +445,22 @@ class GlooWorld:
 
     def adopt(self, promotion: Promotion, spec: ExchangeSpec) -> None:
         """Take the rank the host promoted this standby to: read every other
-        rank's record and check the attention ranks run this model split."""
+        rank's record and check that they run this model split."""
         role, rank = self.layout.role_of(promotion.rank)
         self.rank, self.global_rank = rank, promotion.rank
-        store = self.store
         problems: list[str] = []
         for g in range(self.layout.world_size):
             if g == self.global_rank:
-                continue
+                continue  # the dead holder's record: this standby replaces it
             try:
-                record = PeerRecord.decode(store.get(f"peer/{g}"))
-            except (RuntimeError, RendezvousProtocolError) as exc:
+                problems += self._read_peer(g, spec)
+            except AFDPeerError:
+                raise
+            except RuntimeError as exc:
                 raise AFDPeerError(
                     f"{self.me()}: cannot read the record of global rank {g} at the "
                     f"AFD rendezvous {self.address}: {exc}"
                 ) from exc
-            self.peers[g] = PeerInfo(
-                record.role, record.rank, record.host, record.pid, record.machine
-            )
-            if record.role == "attention":
-                theirs = ExchangeSpec.from_dict(record.spec)
-                for diff in spec.differences(theirs):
-                    problems.append(f"{self.describe(g)} disagrees on {diff}")
         self.peers[self.global_rank] = PeerInfo(
             role, rank, self.bind_host, os.getpid(), machine_id()
         )
