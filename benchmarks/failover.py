@@ -35,12 +35,10 @@ import re
 import statistics
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
-from afd_e2e.checks.completions import stream_completion
+from afd_e2e.checks.failover_streams import Streams
 from afd_e2e.launch.plan import free_port
 from afd_e2e.processes.servers import VllmServer, VllmServers, afd_config
 from afd_e2e.tiny_model import build_tiny_model
@@ -68,65 +66,6 @@ PARTS = (
 )
 """Where the largest stall goes, in order; they add up to it."""
 FLAGS = (("avx512_bf16", "AVX512-BF16"), ("amx_tile", "AMX"))
-ENGINE_PID = re.compile(r"^\((?:\w+) pid=(\d+)\)", re.MULTILINE)
-
-
-def engine_pids(server: VllmServer) -> set[int]:
-    """The server's pid and those its log lines name (its engine core)."""
-    return {server.pid, *map(int, ENGINE_PID.findall(server.log_text()))}
-
-
-class Streams:
-    """Concurrent streams with each token's arrival time."""
-
-    def __init__(self, base_url: str, model: str, count: int, max_tokens: int):
-        self.times: list[list[float]] = [[] for _ in range(count)]
-        self.errors: list[str] = []
-        self._lock = threading.Lock()
-        self._threads = [
-            threading.Thread(
-                target=self._run,
-                args=(i, base_url, model, max_tokens),
-                daemon=True,
-            )
-            for i in range(count)
-        ]
-
-    def _run(self, i: int, base_url: str, model: str, max_tokens: int) -> None:
-        body = {
-            "model": model,
-            "prompt": f"Stream {i}: count the failovers, one by one:",
-            "max_tokens": max_tokens,
-            "temperature": 0.0,
-            "ignore_eos": True,
-            "return_token_ids": True,
-        }
-        seen = 0
-
-        def arrived(total: int) -> None:
-            nonlocal seen
-            now = time.monotonic()
-            with self._lock:
-                self.times[i].extend([now] * (total - seen))
-            seen = total
-
-        try:
-            stream_completion(base_url, body, REQUEST_TIMEOUT_S, on_tokens=arrived)
-        except OSError as exc:
-            with self._lock:
-                self.errors.append(f"stream {i}: {exc}")
-
-    def start(self) -> None:
-        for t in self._threads:
-            t.start()
-
-    def fewest(self) -> int:
-        with self._lock:
-            return min(len(t) for t in self.times)
-
-    def join(self) -> None:
-        for t in self._threads:
-            t.join(REQUEST_TIMEOUT_S + 30)
 
 
 def stall_and_step(times: list[list[float]], kill_at: float) -> tuple[float, float]:
@@ -168,17 +107,21 @@ def one_round(
     max_tokens: int,
 ) -> dict[str, Any]:
     offset = len(attention.log_text())
-    streams = Streams(attention.base_url, model, concurrency, max_tokens)
+    prompts = [
+        f"Stream {i}: count the failovers, one by one:" for i in range(concurrency)
+    ]
+    streams = Streams(attention.base_url, model, prompts, max_tokens, REQUEST_TIMEOUT_S)
     streams.start()
-    deadline = time.monotonic() + REQUEST_TIMEOUT_S
-    while streams.fewest() < KILL_AFTER_TOKENS and time.monotonic() < deadline:
-        time.sleep(0.01)
+    if not streams.wait_until(
+        lambda got: min(got) >= KILL_AFTER_TOKENS, REQUEST_TIMEOUT_S, 0.01
+    ):
+        raise SystemExit("the streams ended or stalled before the kill")
     kill_at = victim.kill()
-    streams.join()
-    if streams.errors:
-        raise SystemExit(f"streams failed across the failover: {streams.errors[:3]}")
-    if any(len(t) != max_tokens for t in streams.times):
-        raise SystemExit("a stream ended short")
+    if not streams.join(REQUEST_TIMEOUT_S + 30):
+        raise SystemExit("a stream did not end")
+    failed = [e.describe() for e in streams.ends().values() if not e.completed]
+    if failed:
+        raise SystemExit(f"streams failed across the failover: {failed[:3]}")
     log = attention.log_text()[offset:]
     lines = FAILOVER_LINE.findall(log)
     timings = TIMING_LINE.findall(log)
@@ -186,7 +129,7 @@ def one_round(
     if len(lines) != 1 or len(timings) != 1 or len(answers) != 1:
         raise SystemExit(f"expected one failover, got {lines} {timings} {answers}")
     _, standby_pid, failover_s = lines[0]
-    stall, step = stall_and_step(streams.times, kill_at)
+    stall, step = stall_and_step(streams.arrivals(), kill_at)
     return {
         "killed": victim.name,
         "standby_pid": int(standby_pid),
@@ -246,9 +189,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             )
             rounds.append(result)
             print(json.dumps(result), flush=True)
-            victim = next(
-                s for s in standbys if result["standby_pid"] in engine_pids(s)
-            )
+            victim = next(s for s in standbys if result["standby_pid"] in s.pids())
     return {
         "machine": machine(),
         "concurrency": args.concurrency,

@@ -15,6 +15,7 @@ from afd_e2e.checks.cancel_recover import run_cancel_recover
 from afd_e2e.checks.evidence import check_dual_ubatch, mark_logs
 from afd_e2e.checks.ffn_failover import FailoverTarget, FfnServer, run_ffn_failover
 from afd_e2e.checks.parity import PROMPTS, ParityError, compare, greedy_tokens
+from afd_e2e.define.deployment import afd_config
 from afd_e2e.define.scenario import Scenario
 from afd_e2e.engines.base import Engine, Servers, server_probe
 from afd_e2e.engines.local import LocalEngine
@@ -257,17 +258,6 @@ def _cold_restart(plan: LaunchPlan, scenario: Scenario, procs: Servers) -> Check
     )
 
 
-def _peer_timeout_s(scenario: Scenario) -> float:
-    """The connector's ``peer_timeout_s`` as the servers parse it."""
-    from afd_plugin.connectors.registry import AFDConnectorFactory
-
-    assert scenario.connector is not None
-    extra = AFDConnectorFactory.parse_extra_config(
-        scenario.connector.name, scenario.connector.extra
-    )
-    return float(getattr(extra, "peer_timeout_s", 60.0))
-
-
 def _ffn_failover(plan: LaunchPlan, scenario: Scenario, procs: Servers) -> CheckResult:
     """SIGKILL the active FFN server mid-generation (the fault is recorded in
     the teardown record as injected); see :mod:`afd_e2e.checks.ffn_failover`."""
@@ -289,7 +279,8 @@ def _ffn_failover(plan: LaunchPlan, scenario: Scenario, procs: Servers) -> Check
             for name in (f"{r.role}:{r.rank}" for r in attention)
             if name in logs
         ],
-        peer_timeout_s=_peer_timeout_s(scenario),
+        # What the servers parse: the connector's extra config, defaults in.
+        peer_timeout_s=afd_config(scenario, "attention").extra.peer_timeout_s,
     )
 
     def reference(prompts: list[str], max_tokens: int) -> list[list[int]]:

@@ -112,13 +112,6 @@ def listening(server: VllmServer) -> set[tuple[str, int, int]]:
     return found
 
 
-def pids_of(server: VllmServer) -> set[int]:
-    """The server's pid and those its log lines name (``(EngineCore pid=N)``):
-    a server that exited can no longer be asked for its process tree."""
-    named = re.findall(r"^\(\w+ pid=(\d+)\)", server.log_text(), re.MULTILINE)
-    return {server.pid, *map(int, named)}
-
-
 def is_loopback(address: str) -> bool:
     ip = ipaddress.ip_address(address.split("%", 1)[0])
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
@@ -273,7 +266,7 @@ def test_a_peer_without_the_secret_is_refused_and_changes_nothing(
         deployment.ffn.log_text(),
     )
     assert refused, deployment.ffn.log_tail()
-    assert {int(pid) for pid in refused} <= pids_of(wrong), (refused, pids_of(wrong))
+    assert {int(pid) for pid in refused} <= wrong.pids(), (refused, wrong.pids())
     # And counted it on its /metrics, once per refused connection.
     counted = deployment.ffn.counter("afd:rendezvous_refusals_total", reason="auth")
     assert counted - auth_refusals == len(refused), (counted, auth_refusals, refused)
@@ -311,7 +304,7 @@ def test_a_stray_second_attention_server_fails_fast_naming_the_holder(
     assert int(match["port"]) == deployment.port
     assert int(match["attention"]) in holder, (match["attention"], holder)
     assert int(match["ffn"]) in ffn_pids, (match["ffn"], ffn_pids)
-    assert int(match["late"]) in pids_of(stray), (match["late"], pids_of(stray))
+    assert int(match["late"]) in stray.pids(), (match["late"], stray.pids())
     assert "AFDPeerError" in log
     # Gone within 10 s of reaching the rendezvous (its model loaded just
     # before it went there), refusal and vLLM's shutdown included.

@@ -66,6 +66,7 @@ class Streams:
         self._timeout_s = timeout_s
         self._lock = threading.Lock()
         self._received = [0] * len(self.prompts)
+        self._arrivals: list[list[float]] = [[] for _ in self.prompts]
         self._ends: dict[int, StreamEnd] = {}
         self._threads = [
             threading.Thread(target=self._client, args=(i,), daemon=True)
@@ -74,7 +75,9 @@ class Streams:
 
     def _client(self, i: int) -> None:
         def seen(count: int) -> None:
+            now = time.monotonic()
             with self._lock:
+                self._arrivals[i] += [now] * (count - self._received[i])
                 self._received[i] = count
 
         outcome: StreamOutcome | None = None
@@ -99,6 +102,12 @@ class Streams:
         """Token ids each stream has received so far."""
         with self._lock:
             return list(self._received)
+
+    def arrivals(self) -> list[list[float]]:
+        """When each stream's token ids arrived (``time.monotonic()``, one
+        entry per id; ids of one chunk share its time)."""
+        with self._lock:
+            return [list(a) for a in self._arrivals]
 
     def ends(self) -> dict[int, StreamEnd]:
         """The streams that ended so far, by index."""

@@ -137,17 +137,25 @@ def _standby_errors(loaded: LoadedScenario, s: Scenario) -> list[Located]:
                 "standby (or none: all on the first FFN server's node)",
             )
         )
-    known = ", ".join(sorted(s.placement.nodes)) or "(none)"
     for index, entry in enumerate(entries):
-        if entry.node not in s.placement.nodes:
-            out.append(
-                loaded.error(
-                    ("placement", "standby", index, "node"),
-                    f"no node named {entry.node!r} under placement.nodes; "
-                    f"known: {known}",
-                )
-            )
+        unknown = _unknown_node(loaded, s, ("placement", "standby", index), entry)
+        if unknown is not None:
+            out.append(unknown)
     return out
+
+
+def _unknown_node(
+    loaded: LoadedScenario, s: Scenario, here: tuple, entry: PlacementEntry
+) -> Located | None:
+    """The error of a placement entry on a node ``placement.nodes`` lacks."""
+    assert s.placement is not None
+    if entry.node in s.placement.nodes:
+        return None
+    known = ", ".join(sorted(s.placement.nodes)) or "(none)"
+    return loaded.error(
+        (*here, "node"),
+        f"no node named {entry.node!r} under placement.nodes; known: {known}",
+    )
 
 
 def placement_errors(loaded: LoadedScenario, s: Scenario) -> list[Located]:
@@ -205,15 +213,9 @@ def placement_errors(loaded: LoadedScenario, s: Scenario) -> list[Located]:
             )
         for index, entry in enumerate(entries):
             here = ("placement", role, index)
-            if entry.node not in p.nodes:
-                known = ", ".join(sorted(p.nodes)) or "(none)"
-                out.append(
-                    loaded.error(
-                        (*here, "node"),
-                        f"no node named {entry.node!r} under placement.nodes; "
-                        f"known: {known}",
-                    )
-                )
+            unknown = _unknown_node(loaded, s, here, entry)
+            if unknown is not None:
+                out.append(unknown)
                 continue
             used_nodes.add(entry.node)
             want = entry.dp_local * topo.tp

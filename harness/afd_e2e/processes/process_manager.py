@@ -119,12 +119,13 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
         """Records of stops whose process :meth:`restart` started again."""
         self._record: TeardownRecord | None = None
         self._injected: dict[str, list[ProcessRecord]] = {}
+        """Per ``role:rank``: what :meth:`kill_process` SIGKILLed on purpose."""
         self.injected_at: dict[str, float] = {}
         """Per ``role:rank``: when :meth:`kill_process` sent its SIGKILL last
         (``time.monotonic()``, the system-wide clock on Linux)."""
-        """Per ``role:rank``: what :meth:`kill_process` SIGKILLed on purpose."""
         self._may_exit: set[str] = set()
-        """Processes whose exit :meth:`expect_exit` declared a consequence."""
+        """Processes a check killed, or whose exit it declared a consequence
+        (:meth:`expect_exit`): :meth:`check_alive` skips them."""
 
     # -- starting
 
@@ -218,7 +219,7 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
         exited (one torn down by :meth:`stop_process`, killed by
         :meth:`kill_process` or expected to exit is not checked)."""
         for proc in self.running():
-            if proc.name in self._injected or proc.name in self._may_exit:
+            if proc.name in self._may_exit:
                 continue
             code = proc.exit_code()
             if code is None:
@@ -311,6 +312,7 @@ class ProcessManager(AbstractContextManager["ProcessManager"]):
         proc = next((p for p in self.running() if p.name == name), None)
         if proc is None:
             raise ValueError(f"{name} is not running under this manager")
+        self._may_exit.add(name)
         with shielded(deliver=True):
             targets: dict[tuple[int, float], Target] = {}
             snapshot_trees([(proc.pidfd, proc.pid, name)], targets)

@@ -5,6 +5,7 @@ ProcessManager (start, health wait, strict teardown) and no-retry clients."""
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -58,6 +59,8 @@ STOP_GRACE_S = 30.0
 READY_TIMEOUT_S = 420.0
 REQUEST_TIMEOUT_S = 120.0
 LOG_TAIL_LINES = 40
+ENGINE_PID = re.compile(r"^\(\w+ pid=(\d+)\)", re.MULTILINE)
+"""The pid vLLM puts in front of each line of a process of a server."""
 
 
 def afd_config(
@@ -159,6 +162,12 @@ class VllmServer:
     def wait_exit(self, timeout_s: float) -> int | None:
         """Wait up to ``timeout_s`` for it to exit; the exit code, or None."""
         return self.process.wait_exit(timeout_s)
+
+    def pids(self) -> set[int]:
+        """Its pid and those its log lines name (``(EngineCore pid=N)``: the
+        engine core logs the AFD lines); also once it has exited."""
+        named = ENGINE_PID.findall(self.log_text())
+        return {self.pid, *map(int, named)}
 
     def kill(self) -> float:
         """SIGKILL it now, as an injected fault (the set's teardown record

@@ -162,7 +162,6 @@ class GlooWorld:
         self._routes: dict[int, tuple[ProcessGroupGloo, int]] = {}
         """Peers reached through a group of their own (a promoted standby
         and its attention ranks): global rank -> (group, rank in it)."""
-        self._groups: list[ProcessGroupGloo] = []
         self._joined = False
         self._left = False
         self._failed = False
@@ -521,7 +520,6 @@ class GlooWorld:
             ) from exc
         finally:
             store.set_timeout(min(self.peer_timeout, _STORE_TIMEOUT))
-        self._groups.append(pg)
         for index, g in enumerate(members):
             if g != self.global_rank:
                 self._routes[g] = (pg, index)
@@ -633,7 +631,6 @@ class GlooWorld:
         pg, self._pg = self._pg, None
         del pg
         self._routes.clear()
-        self._groups.clear()
         self._joined = False
         if store is not None:
             store.close()

@@ -135,7 +135,8 @@ class P2pControlPlane(AFDControlPlane):
         c.update_state_from_dp_metadata(payload)
         data = encode_payload(payload)
         what = f"the control payload of step {c.step}, stage {payload.stage_key}"
-        c.in_flight.payloads.append(data)
+        if c.in_flight is not None:
+            c.in_flight.payloads.append(data)
         try:
             self.send_bytes(data, what)
         except AFDPeerError as exc:
@@ -202,7 +203,8 @@ class P2pAFDConnectorBase(AFDConnector):
         self.incarnation = 0
         """Attention: the incarnation of its FFN rank (0: the one the world
         formed with, +1 per failover); FFN: its own."""
-        self.in_flight = InFlight()
+        self.in_flight: InFlight | None = None
+        """Attention side with standbys only: what a standby would be resent."""
         self._failed_over_at: float | None = None
         self.resume_due = False
         """FFN, a standby just promoted: the resume records come first."""
@@ -282,7 +284,8 @@ class P2pAFDConnectorBase(AFDConnector):
         self.step = 0
         self.states.clear()
         self.state = None
-        self.in_flight = InFlight()
+        if self.is_attention and self.config.num_ffn_standby:
+            self.in_flight = InFlight()
         if self.config.standby:
             self.world.join_as_standby(self.spec)  # a rank and a path come later
             return
@@ -454,6 +457,7 @@ class P2pAFDConnectorBase(AFDConnector):
         assert self.spec is not None
         transport = self._transport_or_raise()
         flight = self.in_flight
+        assert flight is not None
         layers = [x.layer for x in self.spec.layers]
         starts = resume_starts(
             layers, self.spec.stages, flight.inputs.keys(), flight.answered
@@ -533,9 +537,9 @@ class P2pAFDConnectorBase(AFDConnector):
         if payload.stage_key == 0:
             self.step += 1
             self.states.clear()
-            if self.is_attention:
+            if self.in_flight is not None:
                 self.in_flight = InFlight()
-            else:
+            if not self.is_attention:
                 # A promoted standby's first step resumes; every later one is whole.
                 self.starts, self._resume_next = self._resume_next, {}
         rows = stage_rows(payload)
@@ -587,7 +591,7 @@ class P2pAFDConnectorBase(AFDConnector):
             if logits is None:
                 raise AFDWireError(f"layer {layer} must send router logits")
             tensors["router_logits"] = logits.contiguous()
-        if self.config.num_ffn_standby:
+        if self.in_flight is not None:
             # Kept (not copied: nothing writes it before its output is back)
             # for a standby that may have to take over mid-layer.
             self.in_flight.inputs[(layer, stage)] = tensors
@@ -612,18 +616,26 @@ class P2pAFDConnectorBase(AFDConnector):
                 except AFDPeerError as exc:
                     self.fail_over(exc)
                     transport = self._transport_or_raise()
-            if self._failed_over_at is not None:
-                logger.info(
-                    "afd-plugin: failover timing: the standby's first answer "
-                    "(layer %d, stage %d) %.1f ms after the resend",
-                    layer,
-                    stage,
-                    (time.monotonic() - self._failed_over_at) * 1e3,
-                )
-                self._failed_over_at = None
-        self.in_flight.inputs.pop((layer, stage), None)
-        self.in_flight.answered[stage] = layer
+        if self.in_flight is not None:
+            self._answered(self.in_flight, layer, stage, bool(shape[0]))
         return out
+
+    def _answered(
+        self, flight: InFlight, layer: int, stage: int, received: bool
+    ) -> None:
+        """``layer`` of ``stage`` came back (``received``: with rows): nothing
+        of it is resent again."""
+        flight.inputs.pop((layer, stage), None)
+        flight.answered[stage] = layer
+        if received and self._failed_over_at is not None:
+            logger.info(
+                "afd-plugin: failover timing: the standby's first answer "
+                "(layer %d, stage %d) %.1f ms after the resend",
+                layer,
+                stage,
+                (time.monotonic() - self._failed_over_at) * 1e3,
+            )
+            self._failed_over_at = None
 
     # -- FFN side -----------------------------------------------------------
 
